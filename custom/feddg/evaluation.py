@@ -1,0 +1,85 @@
+"""Scoring a model on a site's data: predictions, evaluation units, Dice/HD95/ASD summaries.
+
+Evaluation unit: where the layout knows the voxel spacing (SAML NIfTI), a case's slices are stacked back into
+its volume and scored in 3D, distances in mm; for PNG layouts each image is a unit and distances are in
+pixels. The summary says which (``unit``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from feddg.data.dataset import SliceSet
+from feddg.metrics import case_metrics, largest_connected_component, summarize
+from feddg.training import segmentation_loss
+
+
+@torch.no_grad()
+def predict_logits(
+    model: torch.nn.Module, images: np.ndarray, device: torch.device, batch_size: int = 16
+) -> np.ndarray:
+    """Logits (N, L, H, W) float32 for images (N, C, H, W), in eval mode."""
+    model.eval()
+    out = []
+    for start in range(0, len(images), batch_size):
+        batch = torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size])).to(device)
+        out.append(model(batch).float().cpu().numpy())
+    return np.concatenate(out) if out else np.zeros((0,), np.float32)
+
+
+def evaluation_units(s: SliceSet) -> Iterator[tuple[str, np.ndarray, tuple[float, ...] | None]]:
+    """Yield (unit id, row indices, spacing): one unit per volume when spacing is known, else per image."""
+    if s.spacing is not None:
+        for case_id, rows in s.case_indices().items():
+            yield case_id, rows, tuple(s.spacing[case_id])
+    else:
+        for row in range(len(s)):
+            yield f"{s.case_ids[row]}#{int(s.slice_index[row])}", np.array([row]), None
+
+
+def _as_unit(masks: np.ndarray, rows: np.ndarray, volumetric: bool) -> np.ndarray:
+    """(L, H, W) for an image, (L, H, W, D) for a volume whose slices are ``rows`` in slice order."""
+    if volumetric:
+        return np.moveaxis(masks[rows], 0, -1)
+    return masks[rows[0]]
+
+
+def evaluate_sliceset(
+    model: torch.nn.Module,
+    s: SliceSet,
+    label_names: Sequence[str],
+    device: torch.device,
+    batch_size: int = 16,
+    largest_component: bool = False,
+) -> dict[str, Any]:
+    """Score ``model`` on ``s``: the summary of :func:`feddg.metrics.summarize` plus ``loss`` (mean Dice
+    loss over images, the training loss) and ``n_images``; ``cases`` lists the per-unit metrics."""
+    if len(s) == 0:
+        raise ValueError(f"site {s.site}: nothing to evaluate (empty split)")
+    logits = predict_logits(model, s.images, device, batch_size)
+    loss = float(
+        segmentation_loss()(torch.from_numpy(logits), torch.from_numpy(s.labels.astype(np.float32)))
+    )
+    pred = logits > 0.0  # sigmoid(x) > 0.5
+    gt = s.labels.astype(bool)
+    volumetric = s.spacing is not None
+    cases = []
+    for unit_id, rows, spacing in evaluation_units(s):
+        p = _as_unit(pred, rows, volumetric)
+        if largest_component:
+            p = largest_connected_component(p)
+        result = case_metrics(p, _as_unit(gt, rows, volumetric), spacing)
+        result["case_id"] = unit_id
+        cases.append(result)
+    summary = summarize(cases, label_names, "mm" if volumetric else "px")
+    summary["loss"] = loss
+    summary["n_images"] = int(len(s))
+    return {"summary": summary, "cases": cases}
+
+
+def mean_dice(summary: dict[str, Any], label_names: Sequence[str]) -> float:
+    """Mean Dice over structures of one summary (the number used to select the best model)."""
+    return float(np.mean([summary[name]["dice"]["mean"] for name in label_names]))

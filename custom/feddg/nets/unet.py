@@ -1,0 +1,87 @@
+"""The segmentation network: MONAI's BasicUNet with named encoder and decoder blocks.
+
+BasicUNet (rather than MONAI's nested ``UNet``) keeps every block as a named attribute, which later methods
+need: BIN-Net replaces encoder blocks, and ELCFS's boundary loss reads the activations of the last two
+decoder layers ("the activation map from the last two deconvolutional layers", ELCFS section 4.2).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from monai.networks.nets import BasicUNet
+
+from feddg.config import FedDGConfig
+
+
+class FedDGUNet(BasicUNet):
+    """2D U-Net: five encoder blocks (``conv_0``, ``down_1`` .. ``down_4``), four decoder blocks
+    (``upcat_4`` .. ``upcat_1``) and a 1x1 ``final_conv``; output logits, one channel per structure
+    (multi-label: fundus disc and cup overlap, so each structure gets its own sigmoid).
+
+    Args:
+        in_channels: 1 for MRI, 3 for RGB fundus.
+        out_channels: number of structures.
+        features: six widths as MONAI's BasicUNet takes them (five encoder levels + the last decoder level).
+        norm: "batch" or "instance".
+        dropout: dropout probability inside the blocks.
+
+    Shapes: input (B, in_channels, H, W) with H, W multiples of 16; output (B, out_channels, H, W).
+    """
+
+    def __init__(
+        self,
+        in_channels: int = 1,
+        out_channels: int = 1,
+        features: Sequence[int] = (16, 16, 32, 64, 128, 16),
+        norm: str = "batch",
+        dropout: float = 0.0,
+    ):
+        super().__init__(
+            spatial_dims=2,
+            in_channels=in_channels,
+            out_channels=out_channels,
+            features=tuple(features),
+            norm=norm,
+            dropout=dropout,
+        )
+
+    @property
+    def encoder_blocks(self) -> list[torch.nn.Module]:
+        return [self.conv_0, self.down_1, self.down_2, self.down_3, self.down_4]
+
+    @property
+    def decoder_blocks(self) -> list[torch.nn.Module]:
+        return [self.upcat_4, self.upcat_3, self.upcat_2, self.upcat_1]
+
+    def forward_with_features(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Logits plus the activations of the last two decoder layers, ``upcat_2`` (B, f[1], H/2, W/2)
+        and ``upcat_1`` (B, f[5], H, W)."""
+        x0 = self.conv_0(x)
+        x1 = self.down_1(x0)
+        x2 = self.down_2(x1)
+        x3 = self.down_3(x2)
+        x4 = self.down_4(x3)
+        u4 = self.upcat_4(x4, x3)
+        u3 = self.upcat_3(u4, x2)
+        u2 = self.upcat_2(u3, x1)
+        u1 = self.upcat_1(u2, x0)
+        return self.final_conv(u1), [u2, u1]
+
+
+def build_model(cfg: FedDGConfig) -> FedDGUNet:
+    """The network a configuration describes; every site and the server build the same one."""
+    return FedDGUNet(
+        in_channels=cfg.data.in_channels,
+        out_channels=len(cfg.data.label_names),
+        features=cfg.model.features,
+        norm=cfg.model.norm,
+        dropout=cfg.model.dropout,
+    )
+
+
+def select_device() -> torch.device:
+    """CUDA when available, else CPU. NVFlare assigns a site its GPU through CUDA_VISIBLE_DEVICES, so the
+    first visible device is the one it gave us."""
+    return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")

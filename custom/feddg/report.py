@@ -1,0 +1,62 @@
+"""The leave-one-site-out report: a JSON document and a plain-text table built from metric summaries.
+
+Pure functions over dictionaries; the server workflow and the standalone evaluation command both use them.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+from importlib import metadata
+from typing import Any, Iterable, Sequence
+
+
+def software_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for dist in ("feddg-flare", "nvflare", "torch", "monai", "numpy"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = "not installed"
+    return versions
+
+
+def site_rows(
+    model_name: str, site: str, role: str, splits: dict[str, dict[str, Any]], label_names: Sequence[str]
+) -> Iterable[dict[str, Any]]:
+    """One flat row per (split, structure) of one site's evaluation."""
+    for split, summary in splits.items():
+        for name in label_names:
+            m = summary[name]
+            yield {
+                "model": model_name, "site": site, "role": role, "split": split, "structure": name,
+                "dice": m["dice"]["mean"], "dice_std": m["dice"]["std"],
+                "hd95": m["hd95"]["mean"], "hd95_std": m["hd95"]["std"],
+                "asd": m["asd"]["mean"], "asd_std": m["asd"]["std"],
+                "n": m["n_cases"], "empty_pred": m["empty_pred"], "empty_gt": m["empty_gt"],
+                "unit": summary["unit"],
+            }
+
+
+def format_table(rows: Sequence[dict[str, Any]]) -> str:
+    """Fixed-width table: Dice, HD95 and ASD as mean +- std per model, site, split and structure."""
+    header = f"{'model':<6} {'site':<10} {'role':<6} {'split':<5} {'structure':<9} " \
+             f"{'Dice':>13} {'HD95':>15} {'ASD':>15} {'unit':>4} {'n':>4} {'empty p/g':>9}"
+    lines = [header, "-" * len(header)]
+
+    def pm(mean: float, std: float, width: int, digits: int) -> str:
+        return f"{mean:.{digits}f}+-{std:.{digits}f}".rjust(width)
+
+    for r in rows:
+        lines.append(
+            f"{r['model']:<6} {r['site']:<10} {r['role']:<6} {r['split']:<5} {r['structure']:<9} "
+            f"{pm(r['dice'], r['dice_std'], 13, 3)} {pm(r['hd95'], r['hd95_std'], 15, 2)} "
+            f"{pm(r['asd'], r['asd_std'], 15, 2)} {r['unit']:>4} {r['n']:>4} "
+            f"{str(r['empty_pred']) + '/' + str(r['empty_gt']):>9}"
+        )
+    return "\n".join(lines)
+
+
+def mean_of(values: Iterable[float]) -> float:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else math.nan
