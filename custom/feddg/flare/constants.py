@@ -1,0 +1,20 @@
+"""Names that travel over the wire between the server and the sites."""
+
+
+class FedDGTask:
+    TRAIN = "train"  # global weights in, local weights + metadata out (training sites only)
+    EVALUATE = "evaluate"  # a model in, metric summaries out (every site, the unseen one included)
+
+
+class FedDGMeta:
+    """Keys of the training result's metadata (DXO meta / FLModel.meta)."""
+
+    NUM_TRAIN_SAMPLES = "num_train_samples"  # N_k, training slices at the site: the FedAvg weight
+    VAL_DICE = "val_dice"  # mean validation Dice of the *received* global model
+    VAL_LOSS = "val_loss"  # validation Dice loss of the received global model
+    TRAIN_LOSS = "train_loss"  # mean local training loss of this round
+    MODEL_NAME = "model_name"  # on evaluate tasks: "final" or "best"
+    ROUND = "model_round"  # on evaluate tasks: the round that produced the model
+
+
+CONFIG_FILE = "feddg.yaml"

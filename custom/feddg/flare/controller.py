@@ -1,0 +1,264 @@
+"""The server workflow: federated rounds on the training sites, then evaluation at every site.
+
+NVFlare 2.9's FedAvg samples from *all* connected clients and waits forever by default. In leave-one-site-out
+evaluation the unseen hospital is a real client that must never train, so this workflow sends ``train`` to the
+training sites named in ``feddg.yaml`` only, with a per-round minimum of sites and a timeout, and sends
+``evaluate`` to every site (the unseen one included) at the end.
+
+Over the wire:
+  * ``train`` task: the global weights (DXO WEIGHTS). Result: the site's weights, or weight differences, with
+    metadata ``num_train_samples``, ``val_dice``/``val_loss`` of the *received* model on the site's validation
+    split, and ``train_loss``.
+  * ``evaluate`` task: a model's weights with metadata ``model_name`` and ``model_round``. Result: DXO METRICS,
+    one summary (Dice/HD95/ASD per structure, mean and std) per split of the site's data.
+
+Best model: the global model with the highest mean validation Dice over the training sites' validation splits
+(each site's mean over its cases, then the plain mean over sites). The unseen site never selects a model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from typing import Any
+
+from nvflare.apis.analytix import AnalyticsDataType
+from nvflare.apis.utils.analytix_utils import create_analytic_dxo, send_analytic_dxo
+from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+from nvflare.app_common.abstract.model import make_model_learnable
+from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
+from nvflare.app_common.app_constant import AppConstants
+from nvflare.app_common.app_event_type import AppEventType
+from nvflare.app_common.workflows.base_fedavg import BaseFedAvg
+
+from feddg.config import FedDGConfig
+from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
+from feddg.flare.job_config import load_job_config
+from feddg.flare.updates import UpdateRejected, check_update
+from feddg.report import format_table, mean_of, site_rows, software_versions
+
+
+class LeaveOneSiteOutFedAvg(BaseFedAvg):
+    """FedAvg over the training sites, best-model selection on their validation splits, and a final
+    evaluation of the final and the best global model at every site.
+
+    Args:
+        config_file: the job's ``feddg.yaml`` (sites, unseen site, rounds, minimum sites, timeout).
+        aggregator_id: a :class:`ModelAggregator` component (FedAvg by data size, GA, ...).
+        persistor_id: the model persistor (keeps the last and the best global model).
+        start_round: first round to run, to resume a job from a checkpoint.
+        eval_timeout: seconds to wait for the evaluation results.
+        report_file: name of the JSON report written in the server's run folder.
+    """
+
+    def __init__(
+        self,
+        config_file: str = CONFIG_FILE,
+        aggregator_id: str = "aggregator",
+        persistor_id: str = AppConstants.DEFAULT_PERSISTOR_ID,
+        start_round: int = 0,
+        eval_timeout: int = 3600,
+        report_file: str = "feddg_report.json",
+    ):
+        super().__init__(persistor_id=persistor_id, start_round=start_round)
+        self.config_file = config_file
+        self.aggregator_id = aggregator_id
+        self.eval_timeout = eval_timeout
+        self.report_file = report_file
+        self.aggregator: ModelAggregator | None = None
+        self._best: dict[str, Any] = {"round": None, "score": -math.inf, "params": None}
+        self._history: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ workflow
+    def run(self) -> None:
+        started = time.time()
+        cfg = load_job_config(self.fl_ctx, self.config_file)
+        self.aggregator = self.get_component(self.aggregator_id)
+        if not isinstance(self.aggregator, ModelAggregator):
+            self.panic(f"component {self.aggregator_id!r} must be a ModelAggregator, got {type(self.aggregator)}")
+            return
+        train_sites = cfg.data.train_sites
+        min_sites = cfg.train.min_sites or len(train_sites)
+        self.num_rounds = cfg.train.rounds
+        self.info(f"training sites {train_sites}, unseen site {cfg.data.unseen_site}, "
+                  f"{cfg.train.rounds} rounds, at least {min_sites} sites per round")
+        self.fl_ctx.set_prop(AppConstants.NUM_ROUNDS, self.num_rounds, private=True, sticky=False)
+
+        model = self.load_model()
+        if not model.params:
+            self.panic("the persistor returned no initial model")
+            return
+        model.start_round, model.total_rounds = self.start_round, self.num_rounds
+
+        for self.current_round in range(self.start_round, self.num_rounds):
+            if self.abort_signal.triggered:
+                return
+            model = self._run_round(model, train_sites, min_sites, cfg)
+            if model is None:
+                return
+
+        final_eval = self._evaluate(model.params, "final", self.num_rounds, cfg)
+        if final_eval is None:
+            return
+        self._consider_best(self.num_rounds, model.params, self._mean_val_dice(final_eval, train_sites, cfg))
+        evaluations = {"final": final_eval}
+        if self._best["round"] == self.num_rounds:
+            evaluations["best"] = final_eval
+        else:
+            best_eval = self._evaluate(self._best["params"], "best", self._best["round"], cfg)
+            if best_eval is None:
+                return
+            evaluations["best"] = best_eval
+        self._write_report(cfg, evaluations, time.time() - started)
+
+    def _run_round(self, model: FLModel, train_sites: list[str], min_sites: int, cfg: FedDGConfig) -> FLModel | None:
+        r = self.current_round
+        self.info(f"round {r} of {self.num_rounds}: sending the global model to {train_sites}")
+        model.current_round = r
+        self.fl_ctx.set_prop(AppConstants.CURRENT_ROUND, r, private=True, sticky=False)
+        self.event(AppEventType.ROUND_STARTED)
+        timeout = cfg.train.task_timeout
+        results = self.broadcast_model(
+            data=model, task_name=FedDGTask.TRAIN, targets=train_sites, min_responses=min_sites,
+            timeout=timeout, wait_time_after_min_received=timeout,
+        )
+        self.aggregator.reset_stats()
+        accepted, val_dice, train_loss = [], {}, {}
+        for result in results:
+            site = result.meta.get("client_name", "?")
+            try:
+                check_update(result.params, model.params)
+                self.aggregator.accept_model(result)
+            except (UpdateRejected, ValueError) as e:
+                self.error(f"round {r}: update from site {site} rejected: {e}")
+                continue
+            accepted.append(site)
+            for key, store in ((FedDGMeta.VAL_DICE, val_dice), (FedDGMeta.TRAIN_LOSS, train_loss)):
+                value = result.meta.get(key)
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    store[site] = float(value)
+        missing = sorted(set(train_sites) - {r_.meta.get("client_name") for r_ in results})
+        if missing:
+            self.warning(f"round {r}: no result from {missing}; aggregating over the sites present")
+        if len(accepted) < min_sites:
+            self.panic(
+                f"round {r}: only {len(accepted)} usable update(s) ({accepted}), the job needs at least {min_sites} "
+                f"(train.min_sites); stopping. The last good global model stays in the persistor's checkpoint."
+            )
+            return None
+        self.event(AppEventType.BEFORE_AGGREGATION)
+        aggregated = self.aggregator.aggregate_model()
+        self.fire_event_with_data(AppEventType.AFTER_AGGREGATION, self.fl_ctx, AppConstants.AGGREGATION_RESULT, aggregated)
+
+        sent = dict(model.params)  # the global model of this round, scored by the sites' val_dice
+        self._consider_best(r, sent, mean_of(val_dice.get(s) for s in train_sites))
+        self._history.append({"round": r, "sites": accepted, "val_dice": val_dice, "train_loss": train_loss,
+                              "mean_val_dice": mean_of(val_dice.values())})
+        for site, value in val_dice.items():
+            self._stream(f"val_dice/{site}", value, r)
+        self._stream("val_dice/mean", mean_of(val_dice.values()), r)
+
+        model = self.update_model(model, aggregated)
+        model.params = {k: _like(v, sent[k]) for k, v in model.params.items()}
+        self.save_model(model)
+        return model
+
+    # ------------------------------------------------------------------ best model
+    def _consider_best(self, rounds_trained: int, params: dict, score: float) -> None:
+        """Keep ``params`` as the best model when ``score`` (mean validation Dice) beats the best so far."""
+        if not math.isfinite(score) or score <= self._best["score"]:
+            return
+        self._best = {"round": rounds_trained, "score": score, "params": params}
+        self.info(f"new best global model after {rounds_trained} round(s): mean validation Dice {score:.4f}")
+        self.fl_ctx.set_prop(AppConstants.GLOBAL_MODEL, make_model_learnable(params, {}), private=True, sticky=True)
+        self.event(AppEventType.GLOBAL_BEST_MODEL_AVAILABLE)
+
+    @staticmethod
+    def _mean_val_dice(evaluation: dict[str, Any], train_sites: list[str], cfg: FedDGConfig) -> float:
+        names = cfg.data.label_names
+        per_site = []
+        for site in train_sites:
+            val = evaluation["sites"].get(site, {}).get("splits", {}).get("val")
+            if val:
+                per_site.append(mean_of(val[n]["dice"]["mean"] for n in names))
+        return mean_of(per_site)
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate(self, params: dict, name: str, rounds_trained: int, cfg: FedDGConfig) -> dict[str, Any] | None:
+        sites = list(cfg.data.sites)
+        self.info(f"evaluating the {name} global model (after {rounds_trained} rounds) at {sites}")
+        data = FLModel(params=params, params_type=ParamsType.FULL,
+                       meta={FedDGMeta.MODEL_NAME: name, FedDGMeta.ROUND: rounds_trained})
+        results = self.broadcast_model(
+            data=data, task_name=FedDGTask.EVALUATE, targets=sites, min_responses=1,
+            timeout=self.eval_timeout, wait_time_after_min_received=self.eval_timeout,
+        )
+        evaluation: dict[str, Any] = {"rounds_trained": rounds_trained, "sites": {}, "missing_sites": []}
+        for result in results:
+            site = result.meta.get("client_name", "?")
+            if not isinstance(result.metrics, dict) or not result.metrics:
+                self.error(f"evaluation of the {name} model: site {site} returned no metrics")
+                continue
+            role = "unseen" if site == cfg.data.unseen_site else "train"
+            evaluation["sites"][site] = {"role": role, "splits": result.metrics}
+        evaluation["missing_sites"] = sorted(set(sites) - set(evaluation["sites"]))
+        if evaluation["missing_sites"]:
+            self.error(f"evaluation of the {name} model: no metrics from {evaluation['missing_sites']}")
+        if not evaluation["sites"]:
+            self.panic(f"evaluation of the {name} model: no site returned metrics")
+            return None
+        return evaluation
+
+    # ------------------------------------------------------------------ report
+    def _write_report(self, cfg: FedDGConfig, evaluations: dict[str, dict], wall_time: float) -> None:
+        rows = []
+        order = [*cfg.data.train_sites, cfg.data.unseen_site]
+        for name, evaluation in evaluations.items():
+            for site in order:
+                entry = evaluation["sites"].get(site)
+                if entry:
+                    rows.extend(site_rows(name, site, entry["role"], entry["splits"], cfg.data.label_names))
+        report = {
+            "task": cfg.data.task,
+            "train_sites": cfg.data.train_sites,
+            "unseen_site": cfg.data.unseen_site,
+            "rounds": self.num_rounds,
+            "best": {"rounds_trained": self._best["round"], "mean_val_dice": self._best["score"],
+                     "selected_by": "mean validation Dice over the training sites' validation splits"},
+            "models": evaluations,
+            "table": rows,
+            "history": self._history,
+            "config": cfg.to_dict(),
+            "seeds": {"split_seed": cfg.data.split_seed, "train_seed": cfg.train.seed,
+                      "synthetic_seed": cfg.data.synthetic.seed if cfg.data.root is None else None},
+            "versions": software_versions(),
+            "wall_time_s": round(wall_time, 1),
+        }
+        path = os.path.join(self.get_run_dir(), self.report_file)
+        with open(path, "w") as f:
+            json.dump(report, f, indent=2, allow_nan=False, default=float)
+        for row in rows:
+            if row["role"] == "unseen" or row["split"] == "val":
+                for metric in ("dice", "hd95", "asd"):
+                    self._stream(f"{row['model']}/{row['site']}/{row['split']}/{row['structure']}_{metric}",
+                                 row[metric], self.num_rounds)
+        table = format_table(rows)
+        self.info(f"leave-one-site-out report (also in {path}):\n{table}")
+        print(f"\nFedDG leave-one-site-out report, unseen site {cfg.data.unseen_site} "
+              f"(best = after {self._best['round']} rounds; JSON: {path})\n{table}\n", flush=True)
+
+    def _stream(self, tag: str, value: float, step: int) -> None:
+        """Send a scalar to TensorBoard through NVFlare's analytics (the server's TBAnalyticsReceiver)."""
+        if value is None or not math.isfinite(value):
+            return
+        dxo = create_analytic_dxo(tag=tag, value=float(value), data_type=AnalyticsDataType.SCALAR, global_step=step)
+        send_analytic_dxo(self, dxo=dxo, fl_ctx=self.fl_ctx)
+
+
+def _like(value, reference):
+    """Cast an aggregated array back to the global model's dtype (averaging turns integer buffers such as
+    BatchNorm's ``num_batches_tracked`` into floats)."""
+    dtype = getattr(reference, "dtype", None)
+    return value.astype(dtype) if dtype is not None and getattr(value, "dtype", dtype) != dtype else value

@@ -1,0 +1,215 @@
+"""The site's Executor: local training and evaluation on the site's own data.
+
+Tasks (names configurable, defaults in :class:`feddg.flare.constants.FedDGTask`):
+  * ``train``: in, the global weights (DXO WEIGHTS). The site scores the received model on its validation
+    split, trains ``train.local_epochs`` epochs, and sends back its weights (DXO WEIGHTS) with metadata
+    ``num_train_samples`` (N_k), ``val_dice``/``val_loss`` of the received model, ``train_loss`` and NVFlare's
+    ``NUM_STEPS_CURRENT_ROUND``. The unseen site refuses this task.
+  * ``evaluate``: in, a model's weights. Out, DXO METRICS: {split: summary} for every non-empty split the
+    site has ("val" and the in-domain "test" at a training site, "test" at the unseen site).
+
+Nothing but weights, scalars and metric summaries leaves the site.
+
+State kept between rounds (optimizer moments, last local loss) lives in the site's run folder, not only in
+memory: with ``nvflare simulator -t`` smaller than the number of sites every task runs in a fresh process.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import zlib
+from typing import Any
+
+import numpy as np
+import torch
+from nvflare.apis.dxo import DXO, DataKind, MetaKey, from_shareable
+from nvflare.apis.executor import Executor
+from nvflare.apis.fl_constant import ReturnCode
+from nvflare.apis.fl_context import FLContext
+from nvflare.apis.shareable import Shareable, make_reply
+from nvflare.apis.signal import Signal
+
+from feddg.config import ConfigError, FedDGConfig
+from feddg.data.dataset import SliceSet, load_site, make_loader
+from feddg.data.errors import DataError
+from feddg.evaluation import evaluate_sliceset, mean_dice
+from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
+from feddg.flare.job_config import load_job_config
+from feddg.nets.unet import build_model, select_device
+from feddg.training import train_epochs
+
+STATE_DIR = "feddg_site_state"
+
+
+class FedDGExecutor(Executor):
+    """Local training and evaluation for one site; the site is the NVFlare client's name.
+
+    Args:
+        config_file: the job's ``feddg.yaml``, relative to the app's config folder.
+        train_task_name: name of the training task.
+        evaluate_task_name: name of the evaluation task.
+        tb_writer_id: optional :class:`nvflare.app_opt.tracking.tb.tb_writer.TBWriter` component that streams
+            the local training loss to the server's TensorBoard.
+    """
+
+    def __init__(
+        self,
+        config_file: str = CONFIG_FILE,
+        train_task_name: str = FedDGTask.TRAIN,
+        evaluate_task_name: str = FedDGTask.EVALUATE,
+        tb_writer_id: str | None = None,
+    ):
+        super().__init__()
+        self.config_file = config_file
+        self.train_task_name = train_task_name
+        self.evaluate_task_name = evaluate_task_name
+        self.tb_writer_id = tb_writer_id
+        self._cfg: FedDGConfig | None = None
+        self._data: dict[str, SliceSet] | None = None
+        self._site: str | None = None
+
+    # ------------------------------------------------------------------ entry point
+    def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        if task_name not in (self.train_task_name, self.evaluate_task_name):
+            return make_reply(ReturnCode.TASK_UNKNOWN)
+        try:
+            self._setup(fl_ctx)
+        except (ConfigError, DataError) as e:
+            # Named before any training: the site answers with an error, the others go on.
+            self.log_error(fl_ctx, f"site {fl_ctx.get_identity_name()} cannot start: {e}")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        try:
+            dxo = from_shareable(shareable)
+        except ValueError as e:
+            self.log_error(fl_ctx, f"task {task_name}: malformed task data: {e}")
+            return make_reply(ReturnCode.BAD_TASK_DATA)
+        if dxo.data_kind != DataKind.WEIGHTS or not isinstance(dxo.data, dict) or not dxo.data:
+            self.log_error(fl_ctx, f"task {task_name}: expected model weights, got {dxo.data_kind}")
+            return make_reply(ReturnCode.BAD_TASK_DATA)
+        try:
+            model = self._load_weights(dxo.data)
+        except (RuntimeError, KeyError, ValueError) as e:
+            self.log_error(fl_ctx, f"task {task_name}: the received weights do not fit the configured network: {e}")
+            return make_reply(ReturnCode.BAD_TASK_DATA)
+        if abort_signal.triggered:
+            return make_reply(ReturnCode.TASK_ABORTED)
+        if task_name == self.train_task_name:
+            return self._train(model, shareable, fl_ctx, abort_signal)
+        return self._evaluate(model, dxo, fl_ctx)
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self, fl_ctx: FLContext) -> None:
+        if self._data is not None:
+            return
+        self._site = fl_ctx.get_identity_name()
+        self._cfg = load_job_config(fl_ctx, self.config_file)
+        if self._site not in self._cfg.data.sites:
+            raise ConfigError(f"client name {self._site!r} is not one of data.sites {self._cfg.data.sites}")
+        self._device = select_device()
+        self._data = load_site(self._cfg, self._site)
+        if self._site != self._cfg.data.unseen_site and len(self._data["train"]) == 0:
+            raise DataError(f"no training images after preprocessing", site=self._site)
+        sizes = {k: len(v) for k, v in self._data.items()}
+        self.log_info(fl_ctx, f"site {self._site}: {sizes} images on {self._device}")
+
+    def _load_weights(self, weights: dict[str, Any]) -> torch.nn.Module:
+        model = build_model(self._cfg)
+        state = {k: torch.as_tensor(np.asarray(v)) for k, v in weights.items()}
+        model.load_state_dict(state, strict=True)
+        return model.to(self._device)
+
+    # ------------------------------------------------------------------ train
+    def _train(self, model: torch.nn.Module, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        cfg, site = self._cfg, self._site
+        if site == cfg.data.unseen_site:
+            self.log_error(fl_ctx, f"site {site} is the unseen site of this job: it never trains")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        current_round = int(shareable.get_header("current_round", 0) or 0)
+        meta: dict[str, Any] = {FedDGMeta.NUM_TRAIN_SAMPLES: len(self._data["train"])}
+        if len(self._data["val"]):
+            summary = evaluate_sliceset(model, self._data["val"], cfg.data.label_names, self._device,
+                                        cfg.eval.batch_size)["summary"]
+            meta[FedDGMeta.VAL_DICE] = mean_dice(summary, cfg.data.label_names)
+            meta[FedDGMeta.VAL_LOSS] = summary["loss"]
+
+        seed = _site_seed(cfg.train.seed, site, current_round)
+        torch.manual_seed(seed)
+        loader = make_loader(self._data["train"], cfg.train.batch_size, shuffle=True,
+                             augment=cfg.train.augment, seed=seed)
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.99))
+        state_dir = self._state_dir(fl_ctx)
+        self._restore_optimizer(optimizer, state_dir, fl_ctx)
+        global_model = copy.deepcopy(model).eval() if cfg.train.fedprox_mu > 0 else None
+        try:
+            result = train_epochs(model, loader, optimizer, cfg.train.local_epochs, self._device,
+                                  cfg.train.fedprox_mu, global_model)
+        except FloatingPointError as e:
+            self.log_error(fl_ctx, f"site {site}, round {current_round}: local training diverged ({e}); "
+                                   f"no update is sent")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        if abort_signal.triggered:
+            return make_reply(ReturnCode.TASK_ABORTED)
+        torch.save(optimizer.state_dict(), os.path.join(state_dir, "optimizer.pt"))
+        _write_json(os.path.join(state_dir, "state.json"),
+                    {"round": current_round, "train_loss": result.mean_loss, "steps": result.steps})
+        meta[FedDGMeta.TRAIN_LOSS] = result.mean_loss
+        meta[MetaKey.NUM_STEPS_CURRENT_ROUND] = result.steps
+        self._stream(fl_ctx, "train_loss", result.mean_loss, current_round)
+        self.log_info(fl_ctx, f"site {site}, round {current_round}: val Dice of the received model "
+                              f"{meta.get(FedDGMeta.VAL_DICE, float('nan')):.4f}, train loss {result.mean_loss:.4f}")
+        weights = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+        return DXO(data_kind=DataKind.WEIGHTS, data=weights, meta=meta).to_shareable()
+
+    def _state_dir(self, fl_ctx: FLContext) -> str:
+        run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(fl_ctx.get_job_id())
+        path = os.path.join(run_dir, STATE_DIR)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def _restore_optimizer(self, optimizer: torch.optim.Optimizer, state_dir: str, fl_ctx: FLContext) -> None:
+        path = os.path.join(state_dir, "optimizer.pt")
+        if not os.path.exists(path):
+            return
+        try:
+            optimizer.load_state_dict(torch.load(path, map_location=self._device, weights_only=True))
+        except (RuntimeError, ValueError, KeyError) as e:
+            self.log_warning(fl_ctx, f"site {self._site}: stored optimizer state unusable ({e}); starting afresh")
+
+    # ------------------------------------------------------------------ evaluate
+    def _evaluate(self, model: torch.nn.Module, dxo: DXO, fl_ctx: FLContext) -> Shareable:
+        cfg = self._cfg
+        metrics = {}
+        for split in ("val", "test"):
+            if len(self._data[split]):
+                metrics[split] = evaluate_sliceset(
+                    model, self._data[split], cfg.data.label_names, self._device, cfg.eval.batch_size,
+                    cfg.eval.largest_component,
+                )["summary"]
+        if not metrics:
+            self.log_error(fl_ctx, f"site {self._site}: no validation or test images to evaluate on")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        name = dxo.get_meta_prop(FedDGMeta.MODEL_NAME, "model")
+        self.log_info(fl_ctx, f"site {self._site}: evaluated the {name} model on {sorted(metrics)}")
+        return DXO(data_kind=DataKind.METRICS, data=metrics, meta={FedDGMeta.MODEL_NAME: name}).to_shareable()
+
+    def _stream(self, fl_ctx: FLContext, tag: str, value: float, step: int) -> None:
+        if not self.tb_writer_id or not math.isfinite(value):
+            return
+        writer = fl_ctx.get_engine().get_component(self.tb_writer_id)
+        if writer is not None:
+            writer.add_scalar(tag, value, global_step=step)
+
+
+def _site_seed(seed: int, site: str, round_: int) -> int:
+    """A seed per (experiment seed, site, round), stable across processes (unlike ``hash``)."""
+    return (seed * 1_000_003 + zlib.crc32(site.encode()) + round_ * 7919) % (2**31)
+
+
+def _write_json(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
