@@ -1,0 +1,164 @@
+"""One template for every job folder under ``jobs/``.
+
+The committed job folders are this module's output (``feddg make-jobs``), so they cannot drift apart; a test
+checks that the committed folders equal what the generator writes. A job is a classic NVFlare folder that
+``nvflare simulator`` and ``nvflare job submit`` both accept and that carries no custom code: the sites run the
+installed ``feddg`` package.
+
+    jobs/<task>_<method>/
+      meta.json                       deploy_map: one app for the server and every site (no -n needed)
+      app/config/config_fed_server.json
+      app/config/config_fed_client.json
+      app/config/feddg.yaml           the experiment: sites, unseen site, data, model, training (one truth)
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from feddg.config import config_from_dict
+from feddg.flare.constants import CONFIG_FILE, FedDGTask
+
+# CPU-sized defaults on the synthetic data; the README's "paper-sized" section says what to change on a GPU.
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "prostate": {
+        "data": {
+            "task": "prostate", "layout": "saml_nifti", "root": None,
+            "sites": ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "unseen_site": "RUNMC",
+            "image_size": 64, "val_fraction": 0.2, "split_seed": 0, "zscore": "volume",
+            "train_empty_slices": False,
+            "synthetic": {"seed": 0, "cases_per_site": 8, "slices_per_case": 12, "size": 96},
+        },
+        "model": {"features": [16, 16, 32, 64, 128, 16], "norm": "batch", "dropout": 0.0},
+        "train": {"rounds": 4, "local_epochs": 2, "batch_size": 8, "lr": 1e-3, "fedprox_mu": 0.0,
+                  "augment": True, "seed": 0, "min_sites": None, "task_timeout": 3600},
+        "eval": {"largest_component": False, "batch_size": 32},
+    },
+    "fundus": {
+        "data": {
+            "task": "fundus", "layout": "dofe_png", "root": None,
+            "sites": ["Domain1", "Domain2", "Domain3", "Domain4"], "unseen_site": "Domain1",
+            "image_size": 64, "val_fraction": 0.2, "split_seed": 0, "zscore": "slice",
+            "train_empty_slices": True,
+            "synthetic": {"seed": 0, "cases_per_site": 24, "slices_per_case": 1, "size": 128},
+        },
+        "model": {"features": [16, 16, 32, 64, 128, 16], "norm": "batch", "dropout": 0.0},
+        "train": {"rounds": 4, "local_epochs": 2, "batch_size": 8, "lr": 1e-3, "fedprox_mu": 0.0,
+                  "augment": True, "seed": 0, "min_sites": None, "task_timeout": 3600},
+        "eval": {"largest_component": False, "batch_size": 32},
+    },
+}
+
+# Each method: which aggregator the server uses and what it changes in the experiment.
+METHODS: dict[str, dict[str, Any]] = {
+    "fedavg": {
+        "aggregator": {"path": "feddg.flare.fedavg_aggregator.SampleSizeAggregator", "args": {}},
+        "overrides": {},
+    },
+}
+
+JOBS = [f"{task}_{method}" for task in TASK_DEFAULTS for method in METHODS]
+
+
+def _merge(base: dict, overrides: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in overrides.items():
+        out[key] = _merge(out.get(key, {}), value) if isinstance(value, dict) else value
+    return out
+
+
+def experiment(task: str, method: str, overrides: dict | None = None) -> dict[str, Any]:
+    """The ``feddg.yaml`` content of one job, validated."""
+    raw = _merge(_merge(TASK_DEFAULTS[task], METHODS[method]["overrides"]), overrides or {})
+    config_from_dict(raw)  # fail here, not in a site's process
+    return raw
+
+
+def server_config(method: str) -> dict[str, Any]:
+    return {
+        "format_version": 2,
+        "workflows": [{
+            "id": "leave_one_site_out",
+            "path": "feddg.flare.controller.LeaveOneSiteOutFedAvg",
+            "args": {"config_file": CONFIG_FILE, "aggregator_id": "aggregator", "persistor_id": "persistor",
+                     "eval_timeout": 3600, "report_file": "feddg_report.json"},
+        }],
+        "components": [
+            {"id": "persistor", "path": "feddg.flare.persistor.FedDGModelPersistor",
+             "args": {"config_file": CONFIG_FILE}},
+            {"id": "aggregator", **METHODS[method]["aggregator"]},
+            {"id": "tb_receiver", "path": "nvflare.app_opt.tracking.tb.tb_receiver.TBAnalyticsReceiver",
+             "args": {"events": ["fed.analytix_log_stats", "analytix_log_stats"]}},
+        ],
+    }
+
+
+def client_config(method: str) -> dict[str, Any]:
+    return {
+        "format_version": 2,
+        "executors": [{
+            "tasks": [FedDGTask.TRAIN, FedDGTask.EVALUATE],
+            "executor": {"id": "executor", "path": "feddg.flare.executor.FedDGExecutor",
+                         "args": {"config_file": CONFIG_FILE, "tb_writer_id": "tb_writer"}},
+        }],
+        "task_data_filters": [],
+        "task_result_filters": [],
+        "components": [
+            {"id": "tb_writer", "path": "nvflare.app_opt.tracking.tb.tb_writer.TBWriter", "args": {}},
+            {"id": "fed_event_converter", "path": "nvflare.app_common.widgets.convert_to_fed_event.ConvertToFedEvent",
+             "args": {"events_to_convert": ["analytix_log_stats"], "fed_event_prefix": "fed."}},
+        ],
+    }
+
+
+def render_job(name: str, overrides: dict | None = None) -> dict[str, str]:
+    """Relative path -> file content of one job folder."""
+    task, method = name.split("_", 1)
+    exp = experiment(task, method, overrides)
+    cfg = config_from_dict(exp)
+    meta = {
+        "name": name,
+        "resource_spec": {},
+        "deploy_map": {"app": ["server", *cfg.data.sites]},
+        "min_clients": cfg.train.min_sites or len(cfg.data.train_sites),
+    }
+    header = (
+        f"# {name}: the experiment that the server and every site of this job read.\n"
+        f"# Generated by `feddg make-jobs` from feddg/jobs.py; edit there (or copy the job and edit freely).\n"
+        f"# data.root: null trains on the embedded synthetic sites; set it to your data folder for real data.\n"
+    )
+    return {
+        "meta.json": _json(meta),
+        "app/config/config_fed_server.json": _json(server_config(method)),
+        "app/config/config_fed_client.json": _json(client_config(method)),
+        f"app/config/{CONFIG_FILE}": header + yaml.safe_dump(exp, sort_keys=False, default_flow_style=False),
+    }
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(obj, indent=2) + "\n"
+
+
+def write_job(out_dir: Path, name: str, overrides: dict | None = None) -> Path:
+    job_dir = Path(out_dir) / name
+    for rel, content in render_job(name, overrides).items():
+        path = job_dir / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    return job_dir
+
+
+def stale_files(jobs_dir: Path) -> list[str]:
+    """Files under ``jobs_dir`` that differ from what the generator writes (empty when up to date)."""
+    stale = []
+    for name in JOBS:
+        for rel, content in render_job(name).items():
+            path = Path(jobs_dir) / name / rel
+            if not path.exists() or path.read_text() != content:
+                stale.append(str(path))
+    return stale
