@@ -1,0 +1,199 @@
+"""A read-only check of a data folder before a federated run: what is there, and every problem found.
+
+``check_data`` never modifies anything and never stops at the first problem: each site is scanned, every paired
+file is decoded with the same validation as training uses, and all problems are collected. Statistics are over
+the *raw* data (before resizing and normalisation), so that sites can be compared as they are stored.
+
+Run it from a shell: ``python -m feddg.data.check <layout> <root> [site ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import TASKS
+from .errors import DataError
+from .layouts import layout_spec, read_record, scan_site
+
+
+_SPLIT_ORDER = {"all": 0, "train": 1, "test": 2}
+
+
+class _Stats:
+    """Running min / max / mean / std of intensities, in float64."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.total = 0.0
+        self.total_sq = 0.0
+        self.lo = math.inf
+        self.hi = -math.inf
+
+    def add(self, x: np.ndarray) -> None:
+        if x.size == 0:
+            return
+        self.n += x.size
+        self.total += float(x.sum(dtype=np.float64))
+        self.total_sq += float(np.square(x, dtype=np.float64).sum())
+        self.lo = min(self.lo, float(x.min()))
+        self.hi = max(self.hi, float(x.max()))
+
+    def result(self) -> dict[str, float] | None:
+        if not self.n:
+            return None
+        mean = self.total / self.n
+        var = max(self.total_sq / self.n - mean * mean, 0.0)
+        return {"min": self.lo, "max": self.hi, "mean": mean, "std": math.sqrt(var)}
+
+
+def _check_site(layout: str, root: Path, site: str, structures: tuple[str, ...]) -> dict[str, Any]:
+    """The report of one site (see :func:`check_data`)."""
+    records, problems = scan_site(layout, root, site)
+    splits: dict[str, dict[str, Any]] = {}
+    shapes: set[tuple[int, ...]] = set()
+    stats = _Stats()
+    n_slices = 0
+    with_fg = np.zeros(len(structures))
+    fg_fraction = np.zeros(len(structures))
+    for rec in records:
+        split = rec.split or "all"
+        entry = splits.setdefault(split, {"images": 0, "cases": set(), "slices": 0})
+        entry["images"] += 1
+        entry["cases"].add(rec.case_id)
+        try:
+            d = read_record(layout, rec)
+        except DataError as e:
+            problems.append(e)
+            continue
+        shapes.add(d.shape)
+        stats.add(d.image)
+        n = d.labels.shape[0]
+        entry["slices"] += n
+        n_slices += n
+        per_slice = d.labels.reshape(n, len(structures), -1)
+        with_fg += per_slice.any(axis=2).sum(axis=0)
+        fg_fraction += per_slice.mean(axis=2).sum(axis=0)
+    for entry in splits.values():
+        entry["cases"] = len(entry["cases"])
+    labels = {
+        name: {
+            "with_foreground": float(with_fg[i] / n_slices) if n_slices else None,
+            "mean_fraction": float(fg_fraction[i] / n_slices) if n_slices else None,
+        }
+        for i, name in enumerate(structures)
+    }
+    return {
+        "splits": dict(sorted(splits.items(), key=lambda kv: _SPLIT_ORDER.get(kv[0], 9))),
+        "image_shapes": sorted(shapes),
+        "intensity": stats.result(),
+        "labels": labels,
+        "problems": [str(p) for p in problems],
+    }
+
+
+def check_data(layout: str, root: Path, sites: list[str] | None = None, task: str | None = None) -> dict[str, Any]:
+    """Inspect a data folder read-only and report counts, sizes, intensities, label coverage and every problem.
+
+    Args:
+        layout: one of the layouts in :mod:`feddg.data.layouts`.
+        root: the folder holding one subfolder per site.
+        sites: the sites to check; None: every visible subfolder of ``root``.
+        task: the expected task; a layout of another task is reported as a problem. None: the layout's own task.
+
+    Returns:
+        ``{"layout", "root", "task", "ok": bool, "problems": [str, ...] (all sites), "sites": {site: {
+        "splits": {split: {"images": files/volumes, "cases": distinct cases, "slices": 2D slices}},
+        "image_shapes": [stored shape, ...], "intensity": {"min", "max", "mean", "std"} | None,
+        "labels": {structure: {"with_foreground": share of 2D slices containing it, "mean_fraction": mean share of
+        its pixels}}, "problems": [str, ...]}}}``. Split ``"all"`` stands for layouts without split folders.
+    """
+    root = Path(root)
+    report: dict[str, Any] = {"layout": layout, "root": str(root), "task": task, "sites": {}, "problems": []}
+    try:
+        spec = layout_spec(layout)
+    except DataError as e:
+        report["problems"].append(str(e))
+        report["ok"] = False
+        return report
+    if task is not None and task != spec.task:
+        report["problems"].append(str(DataError(f"layout {layout!r} holds {spec.task} data, not {task!r} data")))
+    report["task"] = spec.task
+    if sites is None:
+        if not root.is_dir():
+            report["problems"].append(str(DataError("data root folder does not exist", paths=[root])))
+            sites = []
+        else:
+            sites = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+            if not sites:
+                report["problems"].append(str(DataError("data root has no site folders", paths=[root])))
+    structures = TASKS[spec.task][1]
+    for site in sites:
+        site_report = _check_site(layout, root, site, structures)
+        report["sites"][site] = site_report
+        report["problems"] += site_report["problems"]
+    report["ok"] = not report["problems"]
+    return report
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None else f"{x:.{digits}g}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.3g}%"
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A plain-text table of a :func:`check_data` report, then the list of problems."""
+    lines = [f"data check: layout {report['layout']}, task {report['task']}, root {report['root']}"]
+    header = ["site", "split", "images", "cases", "slices", "shapes", "min", "max", "mean", "std", "labels"]
+    rows = [header]
+    for site, r in report["sites"].items():
+        it = r["intensity"] or {}
+        shapes = ", ".join("x".join(map(str, s)) for s in r["image_shapes"]) or "-"
+        labels = "; ".join(
+            f"{name}: {_pct(v['with_foreground'])} of slices, {_pct(v['mean_fraction'])} of pixels"
+            for name, v in r["labels"].items()
+        )
+        splits = r["splits"] or {"-": {"images": 0, "cases": 0, "slices": 0}}
+        for i, (split, c) in enumerate(splits.items()):
+            first = i == 0
+            rows.append([
+                site if first else "", split, str(c["images"]), str(c["cases"]), str(c["slices"]),
+                shapes if first else "", _fmt(it.get("min")) if first else "", _fmt(it.get("max")) if first else "",
+                _fmt(it.get("mean")) if first else "", _fmt(it.get("std")) if first else "", labels if first else "",
+            ])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for j, row in enumerate(rows):
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    if report["problems"]:
+        lines.append(f"{len(report['problems'])} problem(s):")
+        lines += [f"  - {p}" for p in report["problems"]]
+    else:
+        lines.append("no problems found")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m feddg.data.check <layout> <root> [site ...]``: print the report; exit status 1 on problems."""
+    parser = argparse.ArgumentParser(description="Check a FedDG data folder (read-only).")
+    parser.add_argument("layout")
+    parser.add_argument("root", type=Path)
+    parser.add_argument("sites", nargs="*")
+    parser.add_argument("--task", default=None)
+    args = parser.parse_args(argv)
+    report = check_data(args.layout, args.root, args.sites or None, args.task)
+    print(format_report(report))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
