@@ -5,6 +5,7 @@
     feddg evaluate     score a saved global model on a data folder (Dice/HD95/ASD, optional PNG overlays)
     feddg segment      segment unlabeled NIfTI scans, masks written in each scan's own geometry
     feddg make-jobs    regenerate the job folders under jobs/ from the one template
+    feddg simulate     run a job in NVFlare's simulator with the project's site policy installed
 """
 
 from __future__ import annotations
@@ -47,6 +48,27 @@ def _cmd_make_jobs(args: argparse.Namespace) -> int:
     for name in args.names or JOBS:
         print(f"wrote {write_job(Path(args.out), name)}")
     return 0
+
+
+def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
+    """Install the site policy in the simulator workspace, then hand over to ``nvflare simulator``.
+
+    NVFlare 2.9's simulator enforces each site's class allow-list for jobs without custom code, as a real site
+    does; a fresh workspace has none, so the job's ``feddg`` components would be refused. The simulator keeps
+    ``<workspace>/local`` across runs and copies it to every site, so this is done once per workspace."""
+    import os
+    import shutil
+
+    from feddg.flare.site_policy import install_resources
+
+    install_resources(Path(args.workspace) / "local")
+    nvflare = shutil.which("nvflare")
+    if nvflare is None:
+        raise OSError("the nvflare command is not on PATH; install the requirements first")
+    command = [nvflare, "simulator", args.job, "-w", args.workspace, *rest]
+    print("running:", " ".join(command), flush=True)
+    os.execv(nvflare, command)
+    return 1  # not reached
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -105,6 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+", help="NIfTI files or folders of them")
     p.set_defaults(func=_cmd_segment)
 
+    p = sub.add_parser("simulate", help="run a job in the NVFlare simulator (extra flags go to nvflare simulator)")
+    p.add_argument("job", help="a job folder, e.g. jobs/prostate_fedavg")
+    p.add_argument("-w", "--workspace", required=True, help="simulator workspace folder")
+    p.set_defaults(func=_cmd_simulate, passthrough=True)
+
     p = sub.add_parser("make-jobs", help="regenerate the job folders from the template")
     p.add_argument("--out", default="jobs")
     p.add_argument("--check", action="store_true", help="only report job files that differ from the template")
@@ -114,9 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, rest = build_parser().parse_known_args(argv)
+    if rest and not getattr(args, "passthrough", False):
+        build_parser().error(f"unrecognized arguments: {' '.join(rest)}")
     try:
-        return args.func(args)
+        return args.func(args, rest) if getattr(args, "passthrough", False) else args.func(args)
     except (ValueError, OSError) as e:  # DataError and ConfigError are ValueErrors with a message that names things
         print(f"feddg {args.command}: error: {e}", file=sys.stderr)
         return 2

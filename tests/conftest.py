@@ -1,0 +1,45 @@
+"""Shared fixtures: tiny synthetic sites written once per test session, and tiny experiment configs."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from feddg.config import SyntheticConfig
+from feddg.jobs import TASK_DEFAULTS
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "midss-samples"
+
+# Tiny sizes for component and end-to-end tests: 32 px, a narrow U-Net, one round of one epoch.
+TINY_MODEL = {"features": [8, 8, 16, 32, 64, 8], "norm": "batch", "dropout": 0.0}
+
+
+def tiny_synthetic(task: str) -> dict:
+    if task == "prostate":
+        return {"seed": 0, "cases_per_site": 3, "slices_per_case": 4, "size": 32}
+    return {"seed": 0, "cases_per_site": 4, "slices_per_case": 1, "size": 32}
+
+
+def tiny_experiment(task: str, root: str | None = None, **train) -> dict:
+    """A full feddg.yaml dict for ``task`` at test size."""
+    exp = copy.deepcopy(TASK_DEFAULTS[task])
+    exp["data"].update(image_size=32, root=root, synthetic=tiny_synthetic(task))
+    exp["model"] = dict(TINY_MODEL)
+    exp["train"].update(rounds=1, local_epochs=1, batch_size=4, **train)
+    exp["eval"]["batch_size"] = 8
+    return exp
+
+
+@pytest.fixture(scope="session")
+def synthetic_root(tmp_path_factory):
+    """task -> folder of tiny synthetic sites in the task's real layout."""
+    from feddg.data.synthetic import generate
+
+    roots = {}
+    for task in ("prostate", "fundus"):
+        out = tmp_path_factory.mktemp(f"synthetic-{task}")
+        generate(task, out, SyntheticConfig(**tiny_synthetic(task)))
+        roots[task] = out
+    return roots

@@ -1,0 +1,48 @@
+"""The job template, the committed job folders and the site policy derived from them."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from feddg.config import load_config
+from feddg.flare.site_policy import class_allow_list, component_paths, install_resources
+from feddg.jobs import JOBS, render_job, stale_files
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_committed_jobs_equal_the_template():
+    assert stale_files(REPO / "jobs") == [], "run `feddg make-jobs` after changing feddg/jobs.py"
+
+
+@pytest.mark.parametrize("name", JOBS)
+def test_job_folders_are_classic_nvflare_jobs_without_custom_code(name):
+    job = REPO / "jobs" / name
+    meta = json.loads((job / "meta.json").read_text())
+    cfg = load_config(job / "app" / "config" / "feddg.yaml")
+    assert meta["deploy_map"] == {"app": ["server", *cfg.data.sites]}
+    assert not (job / "app" / "custom").exists()
+    assert cfg.data.unseen_site in cfg.data.sites
+
+
+def test_allow_list_is_the_package_plus_exactly_the_nvflare_classes_jobs_use():
+    allow = class_allow_list()
+    assert allow[0] == "feddg."
+    used = set()
+    for name in JOBS:
+        for rel, content in render_job(name).items():
+            if rel.endswith(".json") and "config_fed_" in rel:
+                used |= component_paths(json.loads(content))
+    assert set(allow[1:]) == {p for p in used if p.startswith("nvflare.")}
+    assert all(p.startswith("feddg.") for p in used if not p.startswith("nvflare."))
+
+
+def test_install_resources_keeps_existing_settings(tmp_path):
+    (tmp_path / "resources.json").write_text(json.dumps({"format_version": 2, "class_allow_list": ["x.y.Z"],
+                                                         "other": 1}))
+    path = install_resources(tmp_path)
+    data = json.loads(path.read_text())
+    assert data["other"] == 1 and data["class_allow_list"][0] == "x.y.Z" and "feddg." in data["class_allow_list"]
+    install_resources(tmp_path)  # idempotent
+    assert json.loads(path.read_text())["class_allow_list"].count("feddg.") == 1
