@@ -27,7 +27,7 @@ def tiny_experiment(task: str, root: str | None = None, **train) -> dict:
     exp = copy.deepcopy(TASK_DEFAULTS[task])
     exp["data"].update(image_size=32, root=root, synthetic=tiny_synthetic(task))
     exp["model"] = dict(TINY_MODEL)
-    exp["train"].update(rounds=1, local_epochs=1, batch_size=4, **train)
+    exp["train"].update({"rounds": 1, "local_epochs": 1, "batch_size": 4, **train})
     exp["eval"]["batch_size"] = 8
     return exp
 

@@ -38,7 +38,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_make_jobs(args: argparse.Namespace) -> int:
-    from feddg.jobs import JOBS, stale_files, write_job
+    from feddg.jobs import JOBS, PAPER_SIZE, stale_files, write_job
 
     if args.check:
         stale = stale_files(Path(args.out))
@@ -46,7 +46,7 @@ def _cmd_make_jobs(args: argparse.Namespace) -> int:
             print(f"out of date: {path}")
         return 1 if stale else 0
     for name in args.names or JOBS:
-        print(f"wrote {write_job(Path(args.out), name)}")
+        print(f"wrote {write_job(Path(args.out), name, PAPER_SIZE if args.paper else None)}")
     return 0
 
 
@@ -135,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("make-jobs", help="regenerate the job folders from the template")
     p.add_argument("--out", default="jobs")
     p.add_argument("--check", action="store_true", help="only report job files that differ from the template")
+    p.add_argument("--paper", action="store_true", help="the papers' setting (384 px, 100 rounds, batch 5), for GPUs")
     p.add_argument("names", nargs="*")
     p.set_defaults(func=_cmd_make_jobs)
     return parser

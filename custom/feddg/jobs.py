@@ -54,6 +54,14 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 
+# The papers' setting (ELCFS section 4.2): 384 px, batch 5, one local epoch, 100 rounds. For GPU sites:
+# `feddg make-jobs --paper --out DIR` writes every job with these values.
+PAPER_SIZE: dict[str, Any] = {
+    "data": {"image_size": 384, "synthetic": {"size": 384}},
+    "model": {"features": [32, 32, 64, 128, 256, 32]},
+    "train": {"rounds": 100, "local_epochs": 1, "batch_size": 5},
+}
+
 # Each method: which aggregator the server uses and what it changes in the experiment.
 METHODS: dict[str, dict[str, Any]] = {
     "fedavg": {

@@ -1,0 +1,106 @@
+"""End to end: the real jobs in the real NVFlare simulator, on tiny synthetic sites.
+
+Each run goes through ``feddg simulate`` (the README's path), in its own process group so that a hung run is
+stopped by the id of the process this test started, and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from feddg.jobs import write_job
+from tests.conftest import tiny_experiment
+
+pytestmark = pytest.mark.slow
+RUN_TIMEOUT_S = 600
+
+
+def run_job(job: Path, workspace: Path, *extra: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "feddg.cli", "simulate", str(job), "-w", str(workspace), *extra]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group this test created: the simulator and its children
+        out, _ = proc.communicate()
+        pytest.fail(f"simulator run exceeded {RUN_TIMEOUT_S} s:\n{out[-5000:]}")
+    return subprocess.CompletedProcess(command, proc.returncode, out)
+
+
+def make_job(tmp_path: Path, name: str, root: Path, **train) -> Path:
+    task = name.split("_", 1)[0]
+    return write_job(tmp_path / "jobs", name, tiny_experiment(task, root=str(root), **train))
+
+
+def check_run(result: subprocess.CompletedProcess, ws: Path, exp_sites: list[str], unseen: str,
+              structures: list[str], rounds: int) -> dict:
+    assert result.returncode == 0, result.stdout[-5000:]
+    run = ws / "server" / "simulate_job"
+    report_path = run / "feddg_report.json"
+    assert report_path.exists(), result.stdout[-5000:]
+    assert (run / "app_server" / "FL_global_model.pt").exists()
+    assert (run / "app_server" / "best_FL_global_model.pt").exists()
+    report = json.loads(report_path.read_text())
+    assert [h["round"] for h in report["history"]] == list(range(rounds))
+    train_sites = [s for s in exp_sites if s != unseen]
+    for h in report["history"]:
+        assert sorted(h["sites"]) == sorted(train_sites)  # every training site, never the unseen one
+    assert report["unseen_site"] == unseen
+    for model in ("final", "best"):
+        sites = report["models"][model]["sites"]
+        assert sorted(sites) == sorted(exp_sites)
+        assert sites[unseen]["role"] == "unseen" and list(sites[unseen]["splits"]) == ["test"]
+        for site, entry in sites.items():
+            for split, summary in entry["splits"].items():
+                for s in structures:
+                    for metric in ("dice", "hd95", "asd"):
+                        value = summary[s][metric]["mean"]
+                        assert math.isfinite(value), (model, site, split, s, metric)
+    assert 0 <= report["best"]["rounds_trained"] <= rounds
+    assert "leave-one-site-out report" in result.stdout
+    assert any((run / "tb_events").rglob("events.out.tfevents*")), "no TensorBoard events written"
+    assert not (ws / unseen / "simulate_job" / "feddg_site_state").exists(), "the unseen site trained"
+    return report
+
+
+def test_prostate_fedavg_all_sites_in_parallel(tmp_path, synthetic_root):
+    job = make_job(tmp_path, "prostate_fedavg", synthetic_root["prostate"], rounds=2)
+    ws = tmp_path / "ws"
+    result = run_job(job, ws, "-t", "6")
+    report = check_run(result, ws, ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "RUNMC", ["prostate"], 2)
+    assert report["models"]["final"]["sites"]["RUNMC"]["splits"]["test"]["unit"] == "mm"
+
+
+def test_fundus_fedavg(tmp_path, synthetic_root):
+    job = make_job(tmp_path, "fundus_fedavg", synthetic_root["fundus"], rounds=1)
+    ws = tmp_path / "ws"
+    result = run_job(job, ws, "-t", "4")
+    report = check_run(result, ws, ["Domain1", "Domain2", "Domain3", "Domain4"], "Domain1", ["disc", "cup"], 1)
+    assert report["models"]["final"]["sites"]["Domain1"]["splits"]["test"]["unit"] == "px"
+
+
+def test_prostate_fedavg_one_thread_keeps_site_state_on_disk(tmp_path, synthetic_root):
+    """-t 1: a fresh process per task. Adam's step count after two rounds proves round 1 resumed round 0's
+    optimizer state from the site's workspace."""
+    rounds, epochs, batch = 2, 1, 4
+    job = make_job(tmp_path, "prostate_fedavg", synthetic_root["prostate"], rounds=rounds,
+                   local_epochs=epochs, batch_size=batch)
+    ws = tmp_path / "ws"
+    result = run_job(job, ws, "-t", "1")
+    report = check_run(result, ws, ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "RUNMC", ["prostate"], rounds)
+    state = ws / "BIDMC" / "simulate_job" / "feddg_site_state"
+    optimizer = torch.load(state / "optimizer.pt", weights_only=True)
+    steps = next(iter(optimizer["state"].values()))["step"].item()
+    per_round = json.loads((state / "state.json").read_text())["steps"]
+    assert steps == rounds * per_round
+    assert report["history"][-1]["round"] == rounds - 1
