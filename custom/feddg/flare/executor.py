@@ -109,7 +109,7 @@ class FedDGExecutor(Executor):
         if self._site not in self._cfg.data.sites:
             raise ConfigError(f"client name {self._site!r} is not one of data.sites {self._cfg.data.sites}")
         self._device = select_device()
-        self._data = load_site(self._cfg, self._site)
+        self._data = load_site(self._cfg.data, self._site)
         if self._site != self._cfg.data.unseen_site and len(self._data["train"]) == 0:
             raise DataError(f"no training images after preprocessing", site=self._site)
         sizes = {k: len(v) for k, v in self._data.items()}
