@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from feddg.config import load_config
-from feddg.flare.site_policy import class_allow_list, component_paths, install_resources
+from feddg.flare.site_policy import INJECTED_BY_NVFLARE, class_allow_list, component_paths, install_resources
 from feddg.jobs import JOBS, render_job, stale_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,7 +34,7 @@ def test_allow_list_is_the_package_plus_exactly_the_nvflare_classes_jobs_use():
         for rel, content in render_job(name).items():
             if rel.endswith(".json") and "config_fed_" in rel:
                 used |= component_paths(json.loads(content))
-    assert set(allow[1:]) == {p for p in used if p.startswith("nvflare.")}
+    assert set(allow[1:]) == {p for p in used if p.startswith("nvflare.")} | set(INJECTED_BY_NVFLARE)
     assert all(p.startswith("feddg.") for p in used if not p.startswith("nvflare."))
 
 
@@ -46,3 +46,11 @@ def test_install_resources_keeps_existing_settings(tmp_path):
     assert data["other"] == 1 and data["class_allow_list"][0] == "x.y.Z" and "feddg." in data["class_allow_list"]
     install_resources(tmp_path)  # idempotent
     assert json.loads(path.read_text())["class_allow_list"].count("feddg.") == 1
+
+
+def test_install_resources_starts_from_a_kits_default_file(tmp_path):
+    (tmp_path / "resources.json.default").write_text(json.dumps(
+        {"format_version": 2, "components": [{"id": "resource_manager"}], "class_allow_list": ["nvflare.x.Y"]}))
+    data = json.loads(install_resources(tmp_path).read_text())
+    assert data["components"] == [{"id": "resource_manager"}]
+    assert data["class_allow_list"] == class_allow_list()

@@ -13,6 +13,13 @@ from typing import Any, Iterable
 
 PACKAGE_PREFIX = "feddg."  # a package prefix must end with "." in NVFlare 2.9
 
+# Components NVFlare 2.9 itself adds to every job's configs in a POC or a provisioned deployment (streaming a
+# job's error log to the server); without them a job is refused at the sites even though it never names them.
+INJECTED_BY_NVFLARE = (
+    "nvflare.app_common.logging.job_log_receiver.JobLogReceiver",
+    "nvflare.app_common.logging.job_log_streamer.JobLogStreamer",
+)
+
 
 def component_paths(config: Any) -> set[str]:
     """Every ``path`` of a component in an NVFlare JSON config (nested ones included)."""
@@ -29,7 +36,7 @@ def component_paths(config: Any) -> set[str]:
 
 
 def class_allow_list(job_names: Iterable[str] | None = None) -> list[str]:
-    """The ``feddg`` package prefix plus the NVFlare classes that the generated jobs name."""
+    """The ``feddg`` package prefix plus the NVFlare classes that the generated jobs name or NVFlare adds."""
     from feddg.jobs import JOBS, render_job
 
     nvflare_classes: set[str] = set()
@@ -37,25 +44,36 @@ def class_allow_list(job_names: Iterable[str] | None = None) -> list[str]:
         for rel, content in render_job(name).items():
             if rel.endswith(".json") and "config_fed_" in rel:
                 nvflare_classes |= {p for p in component_paths(json.loads(content)) if p.startswith("nvflare.")}
-    return [PACKAGE_PREFIX, *sorted(nvflare_classes)]
+    return [PACKAGE_PREFIX, *sorted(nvflare_classes | set(INJECTED_BY_NVFLARE))]
 
 
 def install_resources(local_dir: Path) -> Path:
-    """Write (or extend) ``<local_dir>/resources.json`` so that it admits this project's classes.
+    """Write ``<local_dir>/resources.json`` so that it admits this project's classes.
 
-    An existing file keeps its other settings and its own allow-list entries."""
+    An existing ``resources.json`` keeps its settings and its own allow-list entries, extended with ours. Without
+    one, NVFlare's ``resources.json.default`` of a startup kit is the base (its resource manager and other
+    components stay), with its generic allow-list replaced by exactly this project's."""
     local_dir = Path(local_dir)
     local_dir.mkdir(parents=True, exist_ok=True)
     path = local_dir / "resources.json"
+    default = local_dir / "resources.json.default"
     resources: dict[str, Any] = {"format_version": 2}
+    allow: list[str] = []
     if path.exists():
-        resources = json.loads(path.read_text())
-        if not isinstance(resources, dict):
-            raise ValueError(f"{path}: expected a JSON object")
-    allow = list(resources.get("class_allow_list", []))
+        resources = _read_object(path)
+        allow = list(resources.get("class_allow_list", []))
+    elif default.exists():
+        resources = _read_object(default)
     for entry in class_allow_list():
         if entry not in allow:
             allow.append(entry)
     resources["class_allow_list"] = allow
     path.write_text(json.dumps(resources, indent=2) + "\n")
     return path
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object")
+    return data
