@@ -35,7 +35,7 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
             "synthetic": {"seed": 0, "cases_per_site": 8, "slices_per_case": 12, "size": 96},
         },
         "model": {"features": [16, 16, 32, 64, 128, 16], "norm": "batch", "dropout": 0.0},
-        "train": {"rounds": 3, "local_epochs": 10, "batch_size": 4, "lr": 1e-3, "fedprox_mu": 0.0,
+        "train": {"rounds": 4, "local_epochs": 10, "batch_size": 4, "lr": 1e-3, "fedprox_mu": 0.0,
                   "augment": True, "seed": 0, "min_sites": None, "task_timeout": 3600},
         "eval": {"largest_component": False, "batch_size": 32},
     },

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from nvflare.apis.fl_context import FLContext
 from nvflare.app_opt.pt.file_model_persistor import PTFileModelPersistor
 
@@ -29,6 +30,7 @@ class FedDGModelPersistor(PTFileModelPersistor):
 
     def _initialize(self, fl_ctx: FLContext):
         self._cfg = load_job_config(fl_ctx, self.config_file)
+        torch.manual_seed(self._cfg.train.seed)  # the initial global model is part of a reproducible run
         self.model = build_model(self._cfg)
         super()._initialize(fl_ctx)
 
