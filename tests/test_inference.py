@@ -101,3 +101,18 @@ def test_segment_command_on_a_folder(tmp_path):
 def test_check_data_command(synthetic_root, capsys):
     assert main(["check-data", "--layout", "saml_nifti", "--root", str(synthetic_root["prostate"])]) == 0
     assert "RUNMC" in capsys.readouterr().out
+
+
+def test_synth_command_writes_the_jobs_data_set(tmp_path, monkeypatch):
+    """`feddg synth` with no sizes writes exactly what a job generates into its cache."""
+    from feddg.config import config_from_dict
+    from feddg.data.synthetic import ensure_synthetic
+    from feddg.jobs import experiment
+
+    assert main(["synth", "--task", "fundus", "--out", str(tmp_path / "out")]) == 0
+    cfg = config_from_dict(experiment("fundus", "fedavg"))
+    cfg.data.cache_dir = str(tmp_path / "cache")
+    cached = ensure_synthetic(cfg.data)
+    written = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*.png"))
+    assert written == sorted(p.relative_to(cached) for p in cached.rglob("*.png"))
+    assert len(written) == 2 * 4 * 24  # image + mask, 4 domains, 24 images each

@@ -29,9 +29,12 @@ def _cmd_check_data(args: argparse.Namespace) -> int:
 def _cmd_synth(args: argparse.Namespace) -> int:
     from feddg.config import SyntheticConfig
     from feddg.data.synthetic import generate
+    from feddg.jobs import TASK_DEFAULTS
 
-    cfg = SyntheticConfig(seed=args.seed, cases_per_site=args.cases_per_site, slices_per_case=args.slices_per_case,
-                          size=args.size)
+    # Unset sizes default to what the task's jobs generate, so `feddg synth` writes the same data set.
+    given = {k: getattr(args, k) for k in ("seed", "cases_per_site", "slices_per_case", "size")}
+    cfg = SyntheticConfig(**{**TASK_DEFAULTS[args.task]["data"]["synthetic"],
+                             **{k: v for k, v in given.items() if v is not None}})
     out = generate(args.task, Path(args.out), cfg, args.sites or None)
     print(f"wrote synthetic {args.task} sites to {out}")
     return 0
@@ -104,10 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True, choices=["prostate", "fundus"])
     p.add_argument("--out", required=True)
     p.add_argument("--sites", nargs="*")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cases-per-site", type=int, default=8)
-    p.add_argument("--slices-per-case", type=int, default=12)
-    p.add_argument("--size", type=int, default=96)
+    p.add_argument("--seed", type=int, help="default: the jobs' seed")
+    p.add_argument("--cases-per-site", type=int, help="default: as the task's jobs")
+    p.add_argument("--slices-per-case", type=int, help="default: as the task's jobs (prostate)")
+    p.add_argument("--size", type=int, help="in-plane size in px; default: as the task's jobs")
     p.set_defaults(func=_cmd_synth)
 
     p = sub.add_parser("evaluate", help="score a saved global model on a data folder")
