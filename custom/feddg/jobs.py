@@ -70,10 +70,17 @@ PAPER_SIZE: dict[str, Any] = {
     "train": {"rounds": 100, "local_epochs": 1, "batch_size": 5},
 }
 
-# Each method: which aggregator the server uses and what it changes in the experiment.
+# Each method: which aggregator the server uses, what the sites' executor sends, what it changes in the experiment.
 METHODS: dict[str, dict[str, Any]] = {
     "fedavg": {
         "aggregator": {"path": "feddg.flare.fedavg_aggregator.SampleSizeAggregator", "args": {}},
+        "executor_args": {},
+        "overrides": {},
+    },
+    "ga": {
+        "aggregator": {"path": "feddg.flare.ga_aggregator.GeneralizationAdjustmentAggregator",
+                       "args": {"config_file": CONFIG_FILE, "step_size": 0.05}},
+        "executor_args": {"send_generalization_gap": True},
         "overrides": {},
     },
 }
@@ -120,7 +127,8 @@ def client_config(method: str) -> dict[str, Any]:
         "executors": [{
             "tasks": [FedDGTask.TRAIN, FedDGTask.EVALUATE],
             "executor": {"id": "executor", "path": "feddg.flare.executor.FedDGExecutor",
-                         "args": {"config_file": CONFIG_FILE, "tb_writer_id": "tb_writer"}},
+                         "args": {"config_file": CONFIG_FILE, "tb_writer_id": "tb_writer",
+                                  **METHODS[method]["executor_args"]}},
         }],
         "task_data_filters": [],
         "task_result_filters": [],

@@ -104,3 +104,19 @@ def test_prostate_fedavg_one_thread_keeps_site_state_on_disk(tmp_path, synthetic
     per_round = json.loads((state / "state.json").read_text())["steps"]
     assert steps == rounds * per_round
     assert report["history"][-1]["round"] == rounds - 1
+
+
+def test_prostate_ga_weights_history(tmp_path, synthetic_root):
+    rounds = 3
+    job = make_job(tmp_path, "prostate_ga", synthetic_root["prostate"], rounds=rounds)
+    ws = tmp_path / "ws"
+    result = run_job(job, ws, "-t", "6")
+    check_run(result, ws, ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "RUNMC", ["prostate"], rounds)
+    history = json.loads((ws / "server" / "simulate_job" / "ga_weights.json").read_text())["history"]
+    assert [h["round"] for h in history] == list(range(rounds))
+    for h in history:
+        assert sum(h["weights"].values()) == pytest.approx(1.0)
+        assert sorted(h["weights"]) == ["BIDMC", "BMC", "HK", "I2CVB", "UCL"]
+    assert history[0]["gaps"] == {}  # round 0 carries no gaps
+    assert len(history[1]["gaps"]) == 5
+    assert max(abs(w - 0.2) for w in history[-1]["weights"].values()) > 1e-3  # moved away from uniform

@@ -7,47 +7,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from nvflare.apis.dxo import DXO, DataKind, MetaKey, from_shareable
-from nvflare.apis.fl_constant import FLContextKey, ReturnCode
-from nvflare.apis.fl_context import FLContextManager
+from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
-from nvflare.apis.workspace import Workspace
 
 from feddg.config import config_from_dict
 from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.executor import STATE_DIR, FedDGExecutor
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
-
-
-class _Engine:
-    """The two things the executor asks of NVFlare's client engine."""
-
-    def __init__(self, root: Path, site: str):
-        self._ws = Workspace(root_dir=str(root), site_name=site)
-
-    def get_workspace(self):
-        return self._ws
-
-    def get_component(self, _id):
-        return None
-
-    def fire_event(self, _event_type, _fl_ctx):
-        pass
+from tests.flare.fl_context import make_context
 
 
 def _context(tmp_path: Path, site: str, exp: dict):
-    app_root = tmp_path / "app"
-    (app_root / "config").mkdir(parents=True, exist_ok=True)
-    (app_root / "config" / "feddg.yaml").write_text(yaml.safe_dump(exp))
-    ws = tmp_path / "ws" / site
-    for folder in ("job1", "startup", "local"):
-        (ws / folder).mkdir(parents=True, exist_ok=True)
-    manager = FLContextManager(engine=_Engine(ws, site), identity_name=site, job_id="job1",
-                               private_stickers={FLContextKey.APP_ROOT: str(app_root)})
-    return manager.new_context(), ws / "job1"
+    return make_context(tmp_path, site, exp)
 
 
 def _global_weights(exp: dict) -> dict[str, np.ndarray]:
@@ -142,3 +116,39 @@ def test_bad_data_is_reported_before_training(tmp_path, exp):
     fl_ctx, _ = _context(tmp_path, "NEWSITE", exp)
     result = FedDGExecutor().execute(FedDGTask.TRAIN, _task(_global_weights(exp)), fl_ctx, Signal())
     assert result.get_return_code() == ReturnCode.EXECUTION_EXCEPTION
+
+
+def test_generalization_gap_is_global_val_loss_minus_previous_local_val_loss(tmp_path, exp):
+    """Round 0 sends no gap; round 1's gap equals the received model's validation loss minus the validation
+    loss of the site's own round-0 model, both computed here independently."""
+    import torch
+
+    from feddg.data.dataset import load_site
+    from feddg.evaluation import evaluate_sliceset
+
+    cfg = config_from_dict(exp)
+    fl_ctx, _ = _context(tmp_path, "HK", exp)
+    executor = FedDGExecutor(send_generalization_gap=True)
+    round0 = from_shareable(executor.execute(FedDGTask.TRAIN, _task(_global_weights(exp), 0), fl_ctx, Signal()))
+    assert FedDGMeta.GENERALIZATION_GAP not in round0.meta
+
+    val = load_site(cfg.data, "HK")["val"]
+
+    def val_loss(weights):
+        model = build_model(cfg)
+        model.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
+        return evaluate_sliceset(model, val, cfg.data.label_names, torch.device("cpu"))["summary"]["loss"]
+
+    global1 = _global_weights(exp)  # a different "global model" for round 1
+    round1 = from_shareable(FedDGExecutor(send_generalization_gap=True).execute(
+        FedDGTask.TRAIN, _task(global1, 1), fl_ctx, Signal()))
+    expected = val_loss(global1) - val_loss(round0.data)
+    assert round1.meta[FedDGMeta.GENERALIZATION_GAP] == pytest.approx(expected, abs=1e-5)
+
+
+def test_no_gap_unless_the_job_asks_for_it(tmp_path, exp):
+    fl_ctx, _ = _context(tmp_path, "HK", exp)
+    weights = _global_weights(exp)
+    FedDGExecutor().execute(FedDGTask.TRAIN, _task(weights, 0), fl_ctx, Signal())
+    round1 = from_shareable(FedDGExecutor().execute(FedDGTask.TRAIN, _task(weights, 1), fl_ctx, Signal()))
+    assert FedDGMeta.GENERALIZATION_GAP not in round1.meta

@@ -13,6 +13,8 @@ class FedDGMeta:
     VAL_DICE = "val_dice"  # mean validation Dice of the *received* global model
     VAL_LOSS = "val_loss"  # validation Dice loss of the received global model
     TRAIN_LOSS = "train_loss"  # mean local training loss of this round
+    GENERALIZATION_GAP = "generalization_gap"  # GA: val loss of the received global model minus that of the
+    # site's own model from the end of the previous round (only when the job asks for it)
     MODEL_NAME = "model_name"  # on evaluate tasks: "final" or "best"
     ROUND = "model_round"  # on evaluate tasks: the round that produced the model
 

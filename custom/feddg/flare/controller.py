@@ -118,6 +118,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         self.info(f"round {r} of {self.num_rounds}: sending the global model to {train_sites}")
         model.current_round = r
         self.fl_ctx.set_prop(AppConstants.CURRENT_ROUND, r, private=True, sticky=False)
+        if self.aggregator.fl_ctx:  # the aggregator keeps its own context (as in NVFlare's FedAvg)
+            self.aggregator.fl_ctx.set_prop(AppConstants.CURRENT_ROUND, r, private=True, sticky=False)
         self.event(AppEventType.ROUND_STARTED)
         timeout = cfg.train.task_timeout
         results = self.broadcast_model(

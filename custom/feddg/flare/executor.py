@@ -4,7 +4,10 @@ Tasks (names configurable, defaults in :class:`feddg.flare.constants.FedDGTask`)
   * ``train``: in, the global weights (DXO WEIGHTS). The site scores the received model on its validation
     split, trains ``train.local_epochs`` epochs, and sends back its weights (DXO WEIGHTS) with metadata
     ``num_train_samples`` (N_k), ``val_dice``/``val_loss`` of the received model, ``train_loss`` and NVFlare's
-    ``NUM_STEPS_CURRENT_ROUND``. The unseen site refuses this task.
+    ``NUM_STEPS_CURRENT_ROUND``. With ``send_generalization_gap`` (GA jobs) it also sends
+    ``generalization_gap``: the validation loss of the received model minus the validation loss its own model had
+    right after the previous round's training (none in round 0 or after a missed round). The unseen site refuses
+    this task.
   * ``evaluate``: in, a model's weights. Out, DXO METRICS: {split: summary} for every non-empty split the
     site has ("val" and the in-domain "test" at a training site, "test" at the unseen site).
 
@@ -53,6 +56,8 @@ class FedDGExecutor(Executor):
         evaluate_task_name: name of the evaluation task.
         tb_writer_id: optional :class:`nvflare.app_opt.tracking.tb.tb_writer.TBWriter` component that streams
             the local training loss to the server's TensorBoard.
+        send_generalization_gap: send the GA generalization gap (off unless the aggregator needs it: nothing
+            leaves the site that the method does not use).
     """
 
     def __init__(
@@ -61,12 +66,14 @@ class FedDGExecutor(Executor):
         train_task_name: str = FedDGTask.TRAIN,
         evaluate_task_name: str = FedDGTask.EVALUATE,
         tb_writer_id: str | None = None,
+        send_generalization_gap: bool = False,
     ):
         super().__init__()
         self.config_file = config_file
         self.train_task_name = train_task_name
         self.evaluate_task_name = evaluate_task_name
         self.tb_writer_id = tb_writer_id
+        self.send_generalization_gap = send_generalization_gap
         self._cfg: FedDGConfig | None = None
         self._data: dict[str, SliceSet] | None = None
         self._site: str | None = None
@@ -134,13 +141,17 @@ class FedDGExecutor(Executor):
                                         cfg.eval.batch_size)["summary"]
             meta[FedDGMeta.VAL_DICE] = mean_dice(summary, cfg.data.label_names)
             meta[FedDGMeta.VAL_LOSS] = summary["loss"]
+        state_dir = self._state_dir(fl_ctx)
+        previous = _read_json(os.path.join(state_dir, "state.json"))
+        if (self.send_generalization_gap and FedDGMeta.VAL_LOSS in meta and previous.get("round") == current_round - 1
+                and "local_val_loss" in previous):
+            meta[FedDGMeta.GENERALIZATION_GAP] = meta[FedDGMeta.VAL_LOSS] - previous["local_val_loss"]
 
         seed = _site_seed(cfg.train.seed, site, current_round)
         torch.manual_seed(seed)
         loader = make_loader(self._data["train"], cfg.train.batch_size, shuffle=True,
                              augment=cfg.train.augment, seed=seed)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.99))
-        state_dir = self._state_dir(fl_ctx)
         self._restore_optimizer(optimizer, state_dir, fl_ctx)
         global_model = copy.deepcopy(model).eval() if cfg.train.fedprox_mu > 0 else None
         try:
@@ -153,8 +164,12 @@ class FedDGExecutor(Executor):
         if abort_signal.triggered:
             return make_reply(ReturnCode.TASK_ABORTED)
         torch.save(optimizer.state_dict(), os.path.join(state_dir, "optimizer.pt"))
-        _write_json(os.path.join(state_dir, "state.json"),
-                    {"round": current_round, "train_loss": result.mean_loss, "steps": result.steps})
+        state = {"round": current_round, "train_loss": result.mean_loss, "steps": result.steps}
+        if self.send_generalization_gap and len(self._data["val"]):
+            # The site's own model scored right after training: next round's gap is measured against it.
+            state["local_val_loss"] = evaluate_sliceset(model, self._data["val"], cfg.data.label_names, self._device,
+                                                        cfg.eval.batch_size)["summary"]["loss"]
+        _write_json(os.path.join(state_dir, "state.json"), state)
         meta[FedDGMeta.TRAIN_LOSS] = result.mean_loss
         meta[MetaKey.NUM_STEPS_CURRENT_ROUND] = result.steps
         self._stream(fl_ctx, "train_loss", result.mean_loss, current_round)
@@ -206,6 +221,14 @@ class FedDGExecutor(Executor):
 def _site_seed(seed: int, site: str, round_: int) -> int:
     """A seed per (experiment seed, site, round), stable across processes (unlike ``hash``)."""
     return (seed * 1_000_003 + zlib.crc32(site.encode()) + round_ * 7919) % (2**31)
+
+
+def _read_json(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
 
 
 def _write_json(path: str, data: dict) -> None:
