@@ -1,0 +1,96 @@
+"""One round of the leave-one-site-out workflow with real FLModel/FLContext objects; the broadcast to the sites is
+replaced by prepared results, everything after it (checks, aggregation, best model, saving) runs for real."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+
+from feddg.config import config_from_dict
+from feddg.flare.constants import FedDGMeta
+from feddg.flare.controller import LeaveOneSiteOutFedAvg
+from feddg.flare.fedavg_aggregator import SampleSizeAggregator
+from tests.conftest import tiny_experiment
+from tests.flare.fl_context import make_context
+
+SITES = ["A", "B", "C"]
+
+
+class RecordingPersistor:
+    def __init__(self):
+        self.saved = []
+
+    def save(self, learnable, _fl_ctx):
+        self.saved.append(learnable)
+
+
+def _controller(tmp_path, results, min_sites):
+    exp = tiny_experiment("prostate", min_sites=min_sites)
+    exp["data"].update(sites=[*SITES, "U"], unseen_site="U")
+    cfg = config_from_dict(exp)
+    fl_ctx, _ = make_context(tmp_path, "server", exp)
+    ctl = LeaveOneSiteOutFedAvg()
+    ctl.fl_ctx, ctl.engine = fl_ctx, fl_ctx.get_engine()
+    ctl.aggregator = SampleSizeAggregator()
+    ctl.persistor = RecordingPersistor()
+    ctl.num_rounds, ctl.current_round = 3, 0
+    ctl.panics = []
+    ctl.panic = ctl.panics.append
+    ctl.broadcast_model = lambda **_: results
+    return ctl, cfg
+
+
+def _global():
+    return FLModel(params={"w": np.zeros(2, np.float32), "n": np.array(0, np.int64)}, params_type=ParamsType.FULL)
+
+
+def _update(site, value, n=10, val_dice=0.5):
+    return FLModel(params={"w": np.full(2, value, np.float32), "n": np.array(3, np.int64)},
+                   params_type=ParamsType.FULL,
+                   meta={"client_name": site, FedDGMeta.NUM_TRAIN_SAMPLES: n, FedDGMeta.VAL_DICE: val_dice})
+
+
+def test_nan_update_is_rejected_naming_the_site_and_the_round_goes_on(tmp_path, caplog):
+    bad = _update("B", np.nan)
+    ctl, cfg = _controller(tmp_path, [_update("A", 1.0), bad, _update("C", 3.0, n=30)], min_sites=2)
+    with caplog.at_level(logging.ERROR):
+        model = ctl._run_round(_global(), SITES, 2, cfg)
+    assert any("site B" in r.getMessage() and "NaN" in r.getMessage() for r in caplog.records)
+    np.testing.assert_allclose(model.params["w"], [2.5, 2.5])  # (10 * 1 + 30 * 3) / 40, B left out
+    assert model.params["n"].dtype == np.int64  # integer buffers keep their dtype after averaging
+    assert len(ctl.persistor.saved) == 1 and not ctl.panics
+
+
+def test_mismatched_update_is_rejected(tmp_path, caplog):
+    wrong = _update("C", 1.0)
+    wrong.params["w"] = np.zeros(3, np.float32)
+    ctl, cfg = _controller(tmp_path, [_update("A", 1.0), _update("B", 1.0), wrong], min_sites=2)
+    with caplog.at_level(logging.ERROR):
+        ctl._run_round(_global(), SITES, 2, cfg)
+    assert any("site C" in r.getMessage() and "shape" in r.getMessage() for r in caplog.records)
+
+
+def test_too_few_usable_updates_stop_the_job_and_keep_the_last_model(tmp_path):
+    ctl, cfg = _controller(tmp_path, [_update("A", 1.0), _update("B", np.inf), _update("C", 1.0)], min_sites=3)
+    assert ctl._run_round(_global(), SITES, 3, cfg) is None
+    assert ctl.panics and "at least 3" in ctl.panics[0]
+    assert ctl.persistor.saved == []  # nothing from this round reaches the checkpoint
+
+
+def test_missing_site_is_named_and_the_others_are_averaged(tmp_path, caplog):
+    ctl, cfg = _controller(tmp_path, [_update("A", 1.0), _update("C", 3.0)], min_sites=2)
+    with caplog.at_level(logging.WARNING):
+        model = ctl._run_round(_global(), SITES, 2, cfg)
+    assert any("['B']" in r.getMessage() for r in caplog.records)
+    np.testing.assert_allclose(model.params["w"], [2.0, 2.0])
+
+
+def test_best_model_follows_the_mean_validation_dice_of_the_received_model(tmp_path):
+    ctl, cfg = _controller(tmp_path, [_update(s, 1.0, val_dice=d) for s, d in zip(SITES, (0.2, 0.4, 0.6))], 3)
+    sent = _global()
+    ctl._run_round(sent, SITES, 3, cfg)
+    assert ctl._best["round"] == 0 and ctl._best["score"] == pytest.approx(0.4)
+    np.testing.assert_allclose(ctl._best["params"]["w"], [0.0, 0.0])  # the model the sites scored, not the new one
