@@ -52,3 +52,12 @@ def test_non_finite_loss_stops_training():
     batches[0]["image"][0, 0, 0, 0] = float("nan")
     with pytest.raises(FloatingPointError):
         train_epochs(model, batches, torch.optim.SGD(model.parameters(), lr=0.1), 1, torch.device("cpu"))
+
+
+def test_local_steps_train_exactly_that_many_steps_across_epochs():
+    model = FedDGUNet(features=(4, 4, 8, 8, 8, 4))
+    result = train_epochs(model, _batches(2), torch.optim.SGD(model.parameters(), lr=0.01), 1,
+                          torch.device("cpu"), max_steps=5)
+    assert result.steps == 5
+    assert train_epochs(model, [], torch.optim.SGD(model.parameters(), lr=0.01), 1, torch.device("cpu"),
+                        max_steps=3).steps == 0

@@ -88,6 +88,8 @@ class TrainConfig:
 
     rounds: int = 5
     local_epochs: int = 1
+    local_steps: int | None = None  # optimizer steps per round instead of whole epochs (the gradient-alignment
+    # paper runs 1); None trains ``local_epochs`` epochs
     batch_size: int = 8
     lr: float = 1e-3
     fedprox_mu: float = 0.0  # > 0 adds FedProx's proximal term to the local loss
@@ -156,6 +158,8 @@ def validate(cfg: FedDGConfig) -> FedDGConfig:
     t = cfg.train
     if t.rounds < 1 or t.local_epochs < 1 or t.batch_size < 1:
         raise ConfigError("train.rounds, train.local_epochs and train.batch_size must be >= 1")
+    if t.local_steps is not None and t.local_steps < 1:
+        raise ConfigError(f"train.local_steps: must be >= 1 or null, got {t.local_steps}")
     if t.min_sites is not None and not 1 <= t.min_sites <= len(d.train_sites):
         raise ConfigError(f"train.min_sites: must be between 1 and {len(d.train_sites)}, got {t.min_sites}")
     return cfg

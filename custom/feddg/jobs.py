@@ -27,7 +27,7 @@ from feddg.flare.constants import CONFIG_FILE, FedDGTask
 # CPU-sized defaults on the synthetic data; the README's "paper-sized" section says what to change on a GPU.
 _CPU_MODEL = {"features": [16, 16, 32, 64, 128, 16], "norm": "batch", "dropout": 0.0}
 _CPU_TRAIN = {"rounds": 4, "local_epochs": 10, "batch_size": 4, "lr": 1e-3, "fedprox_mu": 0.0,
-              "augment": True, "seed": 0, "min_sites": None, "task_timeout": 3600}
+              "augment": True, "seed": 0, "min_sites": None, "task_timeout": 3600, "local_steps": None}
 _EVAL = {"largest_component": False, "batch_size": 32}
 
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -81,6 +81,14 @@ METHODS: dict[str, dict[str, Any]] = {
         "aggregator": {"path": "feddg.flare.ga_aggregator.GeneralizationAdjustmentAggregator",
                        "args": {"config_file": CONFIG_FILE, "step_size": 0.05}},
         "executor_args": {"send_generalization_gap": True},
+        "overrides": {},
+    },
+    # The paper trains one local iteration per round (train.local_steps: 1); the CPU default keeps the whole
+    # local epochs of the other jobs so that the comparison with FedAvg holds.
+    "gradalign": {
+        "aggregator": {"path": "feddg.flare.gradalign_aggregator.GradientAlignmentAggregator",
+                       "args": {"lam": 0.1, "seed": 0, "average_norm_stats": True}},
+        "executor_args": {"send_weight_diff": True},
         "overrides": {},
     },
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import torch
 from monai.losses import DiceLoss
@@ -25,6 +25,23 @@ class LocalTrainResult:
     steps: int  # optimizer steps taken this round
 
 
+def _batches(loader: Iterable, epochs: int, max_steps: int | None) -> Iterator:
+    if max_steps is None:
+        for _ in range(epochs):
+            yield from loader
+        return
+    produced = 0
+    while produced < max_steps:
+        before = produced
+        for batch in loader:
+            yield batch
+            produced += 1
+            if produced == max_steps:
+                return
+        if produced == before:  # an empty loader would loop forever
+            return
+
+
 def train_epochs(
     model: torch.nn.Module,
     loader: Iterable[dict[str, torch.Tensor]],
@@ -33,8 +50,10 @@ def train_epochs(
     device: torch.device,
     fedprox_mu: float = 0.0,
     global_model: torch.nn.Module | None = None,
+    max_steps: int | None = None,
 ) -> LocalTrainResult:
-    """Run ``epochs`` passes over ``loader`` (batches {"image": (B,C,H,W), "label": (B,L,H,W)}).
+    """Run ``epochs`` passes over ``loader`` (batches {"image": (B,C,H,W), "label": (B,L,H,W)}), or, when
+    ``max_steps`` is given, exactly that many optimizer steps (passing over the loader as often as needed).
 
     Raises:
         FloatingPointError: the loss became NaN or infinite (the site's update must not be sent).
@@ -49,18 +68,17 @@ def train_epochs(
         prox = PTFedProxLoss(mu=fedprox_mu)
     model.train()
     total, steps = 0.0, 0
-    for _ in range(epochs):
-        for batch in loader:
-            image = batch["image"].to(device, non_blocking=True)
-            label = batch["label"].to(device, non_blocking=True)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(image), label)
-            if prox is not None:
-                loss = loss + prox(model, global_model)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"local loss is {loss.item()} at step {steps}")
-            loss.backward()
-            optimizer.step()
-            total += float(loss.detach())
-            steps += 1
+    for batch in _batches(loader, epochs, max_steps):
+        image = batch["image"].to(device, non_blocking=True)
+        label = batch["label"].to(device, non_blocking=True)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(image), label)
+        if prox is not None:
+            loss = loss + prox(model, global_model)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"local loss is {loss.item()} at step {steps}")
+        loss.backward()
+        optimizer.step()
+        total += float(loss.detach())
+        steps += 1
     return LocalTrainResult(mean_loss=total / steps if steps else math.nan, steps=steps)

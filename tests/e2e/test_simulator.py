@@ -120,3 +120,12 @@ def test_prostate_ga_weights_history(tmp_path, synthetic_root):
     assert history[0]["gaps"] == {}  # round 0 carries no gaps
     assert len(history[1]["gaps"]) == 5
     assert max(abs(w - 0.2) for w in history[-1]["weights"].values()) > 1e-3  # moved away from uniform
+
+
+def test_prostate_gradalign(tmp_path, synthetic_root):
+    job = make_job(tmp_path, "prostate_gradalign", synthetic_root["prostate"], rounds=2)
+    ws = tmp_path / "ws"
+    result = run_job(job, ws, "-t", "6")
+    check_run(result, ws, ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "RUNMC", ["prostate"], 2)
+    assert "gradalign_aggregator" in (ws / "server" / "simulate_job" / "app_server" / "config"
+                                      / "config_fed_server.json").read_text()

@@ -152,3 +152,15 @@ def test_no_gap_unless_the_job_asks_for_it(tmp_path, exp):
     FedDGExecutor().execute(FedDGTask.TRAIN, _task(weights, 0), fl_ctx, Signal())
     round1 = from_shareable(FedDGExecutor().execute(FedDGTask.TRAIN, _task(weights, 1), fl_ctx, Signal()))
     assert FedDGMeta.GENERALIZATION_GAP not in round1.meta
+
+
+def test_weight_difference_is_local_minus_received(tmp_path, exp):
+    fl_ctx, _ = _context(tmp_path, "BMC", exp)
+    weights = _global_weights(exp)
+    plain = from_shareable(FedDGExecutor().execute(FedDGTask.TRAIN, _task(weights), fl_ctx, Signal()))
+    fl_ctx2, _ = _context(tmp_path / "again", "BMC", exp)
+    diff = from_shareable(FedDGExecutor(send_weight_diff=True).execute(FedDGTask.TRAIN, _task(weights), fl_ctx2,
+                                                                        Signal()))
+    assert diff.data_kind == DataKind.WEIGHT_DIFF
+    for k in weights:  # same seeds, same data: the difference is exactly the trained weights minus the received
+        np.testing.assert_allclose(diff.data[k], plain.data[k] - weights[k], atol=1e-6)

@@ -58,6 +58,8 @@ class FedDGExecutor(Executor):
             the local training loss to the server's TensorBoard.
         send_generalization_gap: send the GA generalization gap (off unless the aggregator needs it: nothing
             leaves the site that the method does not use).
+        send_weight_diff: send local minus received weights (DXO WEIGHT_DIFF) instead of the weights, for
+            aggregators that work on updates (gradient alignment).
     """
 
     def __init__(
@@ -67,6 +69,7 @@ class FedDGExecutor(Executor):
         evaluate_task_name: str = FedDGTask.EVALUATE,
         tb_writer_id: str | None = None,
         send_generalization_gap: bool = False,
+        send_weight_diff: bool = False,
     ):
         super().__init__()
         self.config_file = config_file
@@ -74,6 +77,7 @@ class FedDGExecutor(Executor):
         self.evaluate_task_name = evaluate_task_name
         self.tb_writer_id = tb_writer_id
         self.send_generalization_gap = send_generalization_gap
+        self.send_weight_diff = send_weight_diff
         self._cfg: FedDGConfig | None = None
         self._data: dict[str, SliceSet] | None = None
         self._site: str | None = None
@@ -153,10 +157,11 @@ class FedDGExecutor(Executor):
                              augment=cfg.train.augment, seed=seed)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.99))
         self._restore_optimizer(optimizer, state_dir, fl_ctx)
+        received = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
         global_model = copy.deepcopy(model).eval() if cfg.train.fedprox_mu > 0 else None
         try:
             result = train_epochs(model, loader, optimizer, cfg.train.local_epochs, self._device,
-                                  cfg.train.fedprox_mu, global_model)
+                                  cfg.train.fedprox_mu, global_model, cfg.train.local_steps)
         except FloatingPointError as e:
             self.log_error(fl_ctx, f"site {site}, round {current_round}: local training diverged ({e}); "
                                    f"no update is sent")
@@ -176,6 +181,9 @@ class FedDGExecutor(Executor):
         self.log_info(fl_ctx, f"site {site}, round {current_round}: val Dice of the received model "
                               f"{meta.get(FedDGMeta.VAL_DICE, float('nan')):.4f}, train loss {result.mean_loss:.4f}")
         weights = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+        if self.send_weight_diff:
+            diff = {k: weights[k] - received[k] for k in weights}
+            return DXO(data_kind=DataKind.WEIGHT_DIFF, data=diff, meta=meta).to_shareable()
         return DXO(data_kind=DataKind.WEIGHTS, data=weights, meta=meta).to_shareable()
 
     def _state_dir(self, fl_ctx: FLContext) -> str:
