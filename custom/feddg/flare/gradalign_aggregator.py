@@ -60,7 +60,10 @@ class GradientAlignmentAggregator(ModelAggregator):
         flat = np.stack([np.concatenate([u[k].ravel() for k in aligned]) for u in updates])
         r = self.fl_ctx.get_prop(AppConstants.CURRENT_ROUND, 0) if self.fl_ctx else 0
         rng = np.random.default_rng([self.seed, int(r or 0)])
-        mean = align_updates(flat, self.lam, rng=rng).mean(axis=0)
+        corrected = align_updates(flat, self.lam, rng=rng)
+        changed = int(np.any(corrected != flat, axis=1).sum())
+        self.info(f"round {r}: {changed} of {len(sites)} site updates corrected for conflicts")
+        mean = corrected.mean(axis=0)
         result, offset = {}, 0
         for k in aligned:
             shape, size = updates[0][k].shape, updates[0][k].size
