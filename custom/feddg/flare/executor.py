@@ -122,7 +122,7 @@ class FedDGExecutor(Executor):
         self._device = select_device()
         self._data = load_site(self._cfg.data, self._site)
         if self._site != self._cfg.data.unseen_site and len(self._data["train"]) == 0:
-            raise DataError(f"no training images after preprocessing", site=self._site)
+            raise DataError("no training images after preprocessing", site=self._site)
         sizes = {k: len(v) for k, v in self._data.items()}
         self.log_info(fl_ctx, f"site {self._site}: {sizes} images on {self._device}")
 
