@@ -116,3 +116,17 @@ def test_synth_command_writes_the_jobs_data_set(tmp_path, monkeypatch):
     written = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*.png"))
     assert written == sorted(p.relative_to(cached) for p in cached.rglob("*.png"))
     assert len(written) == 2 * 4 * 24  # image + mask, 4 domains, 24 images each
+
+
+def test_overlays_for_folder_qualified_case_ids(tmp_path):
+    """PNG layouts name cases 'train/00': the overlay is a file in the output folder, not a sub-path."""
+    from feddg.data.dataset import SliceSet
+    from feddg.inference import write_overlays
+
+    labels = np.zeros((2, 1, 16, 16), np.uint8)
+    labels[:, :, 4:10, 4:10] = 1
+    s = SliceSet(site="X", images=np.random.default_rng(0).normal(size=(2, 1, 16, 16)).astype(np.float32),
+                 labels=labels, case_ids=["train/00", "test/00"], slice_index=np.array([1, 1]), spacing=None)
+    written = write_overlays(s, labels.astype(bool), tmp_path / "ov")
+    assert sorted(p.name for p in written) == ["test_00_001.png", "train_00_001.png"]
+    assert all(p.parent == tmp_path / "ov" for p in written)

@@ -100,7 +100,8 @@ def write_overlays(s: SliceSet, pred: np.ndarray, out_dir: Path) -> list[Path]:
             rgb[pr_edge, 0] = 255
             rgb[pr_edge & ~gt_edge, 1] = 0
             rgb[gt_edge & ~pr_edge, 0] = 0
-        path = out_dir / f"{s.case_ids[i]}_{int(s.slice_index[i]):03d}.png"
+        # PNG layouts qualify case ids with their folder ("train/00"): keep that in the name, not as a path.
+        path = out_dir / f"{s.case_ids[i].replace('/', '_')}_{int(s.slice_index[i]):03d}.png"
         Image.fromarray(rgb).save(path)
         written.append(path)
     return written
