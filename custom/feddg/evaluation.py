@@ -47,6 +47,16 @@ def _as_unit(masks: np.ndarray, rows: np.ndarray, volumetric: bool) -> np.ndarra
     return masks[rows[0]]
 
 
+def _loss(logits: np.ndarray, labels: np.ndarray) -> float:
+    return float(segmentation_loss()(torch.from_numpy(logits), torch.from_numpy(labels.astype(np.float32))))
+
+
+def split_loss(model: torch.nn.Module, s: SliceSet, device: torch.device, batch_size: int = 16) -> float:
+    """The training loss (Dice loss) of ``model`` on ``s``, the same number as ``evaluate_sliceset``'s
+    ``loss``, without the distance metrics."""
+    return _loss(predict_logits(model, s.images, device, batch_size), s.labels)
+
+
 def evaluate_sliceset(
     model: torch.nn.Module,
     s: SliceSet,
@@ -60,9 +70,7 @@ def evaluate_sliceset(
     if len(s) == 0:
         raise ValueError(f"site {s.site}: nothing to evaluate (empty split)")
     logits = predict_logits(model, s.images, device, batch_size)
-    loss = float(
-        segmentation_loss()(torch.from_numpy(logits), torch.from_numpy(s.labels.astype(np.float32)))
-    )
+    loss = _loss(logits, s.labels)
     pred = logits > 0.0  # sigmoid(x) > 0.5
     gt = s.labels.astype(bool)
     volumetric = s.spacing is not None

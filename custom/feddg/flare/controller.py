@@ -34,6 +34,7 @@ from nvflare.app_common.app_event_type import AppEventType
 from nvflare.app_common.workflows.base_fedavg import BaseFedAvg
 
 from feddg.config import FedDGConfig
+from feddg.evaluation import mean_dice
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
 from feddg.flare.updates import UpdateRejected, check_update
@@ -184,7 +185,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         for site in train_sites:
             val = evaluation["sites"].get(site, {}).get("splits", {}).get("val")
             if val:
-                per_site.append(mean_of(val[n]["dice"]["mean"] for n in names))
+                per_site.append(mean_dice(val, names))
         return mean_of(per_site)
 
     # ------------------------------------------------------------------ evaluation

@@ -20,7 +20,6 @@ memory: with ``nvflare simulator -t`` smaller than the number of sites every tas
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import zlib
@@ -38,9 +37,10 @@ from nvflare.apis.signal import Signal
 from feddg.config import ConfigError, FedDGConfig
 from feddg.data.dataset import SliceSet, load_site, make_loader
 from feddg.data.errors import DataError
-from feddg.evaluation import evaluate_sliceset, mean_dice
+from feddg.evaluation import evaluate_sliceset, mean_dice, split_loss
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
+from feddg.jsonfile import read_json, write_json
 from feddg.nets.unet import build_model, select_device
 from feddg.training import train_epochs
 
@@ -146,7 +146,7 @@ class FedDGExecutor(Executor):
             meta[FedDGMeta.VAL_DICE] = mean_dice(summary, cfg.data.label_names)
             meta[FedDGMeta.VAL_LOSS] = summary["loss"]
         state_dir = self._state_dir(fl_ctx)
-        previous = _read_json(os.path.join(state_dir, "state.json"))
+        previous = read_json(os.path.join(state_dir, "state.json"))
         if (self.send_generalization_gap and FedDGMeta.VAL_LOSS in meta and previous.get("round") == current_round - 1
                 and "local_val_loss" in previous):
             meta[FedDGMeta.GENERALIZATION_GAP] = meta[FedDGMeta.VAL_LOSS] - previous["local_val_loss"]
@@ -172,9 +172,8 @@ class FedDGExecutor(Executor):
         state = {"round": current_round, "train_loss": result.mean_loss, "steps": result.steps}
         if self.send_generalization_gap and len(self._data["val"]):
             # The site's own model scored right after training: next round's gap is measured against it.
-            state["local_val_loss"] = evaluate_sliceset(model, self._data["val"], cfg.data.label_names, self._device,
-                                                        cfg.eval.batch_size)["summary"]["loss"]
-        _write_json(os.path.join(state_dir, "state.json"), state)
+            state["local_val_loss"] = split_loss(model, self._data["val"], self._device, cfg.eval.batch_size)
+        write_json(os.path.join(state_dir, "state.json"), state)
         meta[FedDGMeta.TRAIN_LOSS] = result.mean_loss
         meta[MetaKey.NUM_STEPS_CURRENT_ROUND] = result.steps
         self._stream(fl_ctx, "train_loss", result.mean_loss, current_round)
@@ -229,18 +228,3 @@ class FedDGExecutor(Executor):
 def _site_seed(seed: int, site: str, round_: int) -> int:
     """A seed per (experiment seed, site, round), stable across processes (unlike ``hash``)."""
     return (seed * 1_000_003 + zlib.crc32(site.encode()) + round_ * 7919) % (2**31)
-
-
-def _read_json(path: str) -> dict:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_json(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)

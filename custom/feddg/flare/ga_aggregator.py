@@ -17,6 +17,7 @@ from nvflare.app_common.app_constant import AppConstants
 
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta
 from feddg.flare.job_config import load_job_config
+from feddg.jsonfile import write_json
 from feddg.methods.ga import adjust_weights, aggregation_weights, is_valid_gap, step_size
 
 
@@ -135,10 +136,7 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
                               "aggregation_weights": used})
         self.info(f"round {round_index}: GA weights {({s: round(w, 4) for s, w in used.items()})}, step {step:.4f}")
         if self._history_path:
-            tmp = f"{self._history_path}.tmp"
-            with open(tmp, "w") as f:
-                json.dump({"weights": self._weights, "history": self._history}, f, indent=2)
-            os.replace(tmp, self._history_path)
+            write_json(self._history_path, {"weights": self._weights, "history": self._history}, indent=2)
         if self.fl_ctx:
             for site, w in self._weights.items():
                 dxo = create_analytic_dxo(tag=f"ga_weight/{site}", value=w, data_type=AnalyticsDataType.SCALAR,
