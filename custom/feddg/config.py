@@ -80,6 +80,7 @@ class ModelConfig:
     features: list[int] = field(default_factory=lambda: [16, 16, 32, 64, 128, 16])
     norm: str = "batch"  # "batch" or "instance", as MONAI names them
     dropout: float = 0.0
+    bin_levels: int = 0  # BIN-Net (MLA-BIN): BIN blocks in the top n encoder levels, 0-5 (the paper uses 3)
 
 
 @dataclass
@@ -108,11 +109,29 @@ class EvalConfig:
 
 
 @dataclass
+class ELCFSConfig:
+    """ELCFS (Liu et al., CVPR 2021): the amplitude exchange and the boundary-oriented episodic learning.
+    Only ELCFS jobs read this section."""
+
+    alpha: float = 0.01  # window M = [-alpha H : alpha H, -alpha W : alpha W] of the centred amplitude spectrum
+    min_half_width: int = 1  # floor of b = floor(alpha H): below 100 px alpha = 0.01 would keep the DC alone
+    bank_images: int | None = None  # images a site contributes to the amplitude bank; None: all training images
+    transforms_per_image: int | None = None  # n_t meta-test images per image; None: K - 1, one per other site
+    lam_range: list[float] = field(default_factory=lambda: [0.0, 1.0])  # interpolation ratio lambda ~ U(range)
+    meta_step_size: float = 1e-3  # beta, the inner step of Eq. (4)
+    boundary_weight: float = 0.5  # gamma of Eq. (8): 0.5 prostate, 0.1 fundus in the paper
+    temperature: float = 0.05  # tau of Eq. (6)
+    dilation_iterations: int = 5  # width of the background ring around the anatomy
+    second_order: bool = False  # back-propagate through the inner step (the authors' code is first order)
+
+
+@dataclass
 class FedDGConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    elcfs: ELCFSConfig = field(default_factory=ELCFSConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -134,7 +153,7 @@ def _build(cls: type, values: Any, where: str):
     return cls(**kwargs)
 
 
-_SECTIONS = {c.__name__: c for c in (SyntheticConfig, DataConfig, ModelConfig, TrainConfig, EvalConfig)}
+_SECTIONS = {c.__name__: c for c in (SyntheticConfig, DataConfig, ModelConfig, TrainConfig, EvalConfig, ELCFSConfig)}
 
 
 def validate(cfg: FedDGConfig) -> FedDGConfig:
@@ -155,6 +174,9 @@ def validate(cfg: FedDGConfig) -> FedDGConfig:
         raise ConfigError(f"data.image_size: must be a multiple of 16 (four poolings), got {d.image_size}")
     if len(cfg.model.features) != 6:
         raise ConfigError(f"model.features: BasicUNet takes 6 widths, got {cfg.model.features}")
+    bl = cfg.model.bin_levels
+    if isinstance(bl, bool) or not isinstance(bl, int) or not 0 <= bl <= 5:
+        raise ConfigError(f"model.bin_levels: must be an integer from 0 to 5 (encoder levels), got {bl!r}")
     t = cfg.train
     if t.rounds < 1 or t.local_epochs < 1 or t.batch_size < 1:
         raise ConfigError("train.rounds, train.local_epochs and train.batch_size must be >= 1")
@@ -162,7 +184,23 @@ def validate(cfg: FedDGConfig) -> FedDGConfig:
         raise ConfigError(f"train.local_steps: must be >= 1 or null, got {t.local_steps}")
     if t.min_sites is not None and not 1 <= t.min_sites <= len(d.train_sites):
         raise ConfigError(f"train.min_sites: must be between 1 and {len(d.train_sites)}, got {t.min_sites}")
+    _validate_elcfs(cfg.elcfs, len(d.train_sites))
     return cfg
+
+
+def _validate_elcfs(e: ELCFSConfig, n_train_sites: int) -> None:
+    if e.alpha < 0 or e.min_half_width < 0:
+        raise ConfigError(f"elcfs.alpha and elcfs.min_half_width must be >= 0, got {e.alpha}, {e.min_half_width}")
+    if e.bank_images is not None and e.bank_images < 1:
+        raise ConfigError(f"elcfs.bank_images: must be >= 1 or null, got {e.bank_images}")
+    if e.transforms_per_image is not None and not 1 <= e.transforms_per_image <= max(n_train_sites - 1, 1):
+        raise ConfigError(f"elcfs.transforms_per_image: must be between 1 and {n_train_sites - 1} (the other "
+                          f"training sites) or null, got {e.transforms_per_image}")
+    if len(e.lam_range) != 2 or not 0.0 <= e.lam_range[0] <= e.lam_range[1] <= 1.0:
+        raise ConfigError(f"elcfs.lam_range: must be [low, high] with 0 <= low <= high <= 1, got {e.lam_range}")
+    if e.meta_step_size < 0 or e.boundary_weight < 0 or e.temperature <= 0 or e.dilation_iterations < 1:
+        raise ConfigError("elcfs.meta_step_size and elcfs.boundary_weight must be >= 0, elcfs.temperature > 0 "
+                          "and elcfs.dilation_iterations >= 1")
 
 
 def load_config(path: str | os.PathLike) -> FedDGConfig:

@@ -21,8 +21,9 @@ from typing import Any
 
 import yaml
 
-from feddg.config import config_from_dict
+from feddg.config import FedDGConfig, config_from_dict
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
+from feddg.methods.frequency import window_half_widths
 
 # CPU-sized defaults on the synthetic data; the README's "paper-sized" section says what to change on a GPU.
 _CPU_MODEL = {"features": [16, 16, 32, 64, 128, 16], "norm": "batch", "dropout": 0.0}
@@ -93,7 +94,19 @@ METHODS: dict[str, dict[str, Any]] = {
     },
 }
 
-JOBS = [f"{task}_{method}" for task in TASK_DEFAULTS for method in METHODS]
+# ELCFS (section 4.2): gamma = 0.1 for fundus, 0.5 for prostate; the rest of the elcfs section keeps the paper's
+# values (alpha 0.01 with a 3 x 3 floor at CPU sizes, lambda ~ U(0, 1), beta 1e-3, tau 0.05, first order).
+_ELCFS = {
+    "executor": "feddg.flare.elcfs_executor.ELCFSExecutor",
+    "exchange": True,
+    "task_overrides": {"prostate": {"elcfs": {"boundary_weight": 0.5}},
+                       "fundus": {"elcfs": {"boundary_weight": 0.1}}},
+}
+METHODS["elcfs"] = {**METHODS["fedavg"], **_ELCFS}
+METHODS["elcfs_ga"] = {**METHODS["ga"], **_ELCFS, "tasks": ["prostate"]}
+
+JOBS = [f"{task}_{method}" for method, spec in METHODS.items() for task in TASK_DEFAULTS
+        if task in spec.get("tasks", TASK_DEFAULTS)]
 
 
 def _merge(base: dict, overrides: dict) -> dict:
@@ -105,15 +118,22 @@ def _merge(base: dict, overrides: dict) -> dict:
 
 def experiment(task: str, method: str, overrides: dict | None = None) -> dict[str, Any]:
     """The ``feddg.yaml`` content of one job, validated."""
-    raw = _merge(_merge(TASK_DEFAULTS[task], METHODS[method]["overrides"]), overrides or {})
+    spec = METHODS[method]
+    raw = _merge(_merge(TASK_DEFAULTS[task], spec["overrides"]), spec.get("task_overrides", {}).get(task, {}))
+    raw = _merge(raw, overrides or {})
     config_from_dict(raw)  # fail here, not in a site's process
     return raw
 
 
 def server_config(method: str) -> dict[str, Any]:
+    exchange = [{
+        "id": "amplitude_exchange",
+        "path": "feddg.flare.amplitude_exchange.AmplitudeExchange",
+        "args": {"config_file": CONFIG_FILE, "task_timeout": 600},
+    }] if METHODS[method].get("exchange") else []
     return {
         "format_version": 2,
-        "workflows": [{
+        "workflows": [*exchange, {
             "id": "leave_one_site_out",
             "path": "feddg.flare.controller.LeaveOneSiteOutFedAvg",
             "args": {"config_file": CONFIG_FILE, "aggregator_id": "aggregator", "persistor_id": "persistor",
@@ -129,17 +149,28 @@ def server_config(method: str) -> dict[str, Any]:
     }
 
 
-def client_config(method: str) -> dict[str, Any]:
+def client_config(method: str, cfg: FedDGConfig) -> dict[str, Any]:
+    spec = METHODS[method]
+    tasks = [FedDGTask.TRAIN, FedDGTask.EVALUATE]
+    data_filters, result_filters = [], []
+    if spec.get("exchange"):
+        tasks += [FedDGTask.AMPLITUDE_SPECTRA, FedDGTask.AMPLITUDE_BANK]
+        size = cfg.data.image_size
+        hw = list(window_half_widths(size, size, cfg.elcfs.alpha, cfg.elcfs.min_half_width))
+        guard = {"path": "feddg.flare.amplitude_filter.AmplitudeWindowFilter",
+                 "args": {"half_widths": hw, "max_half_width": max(hw), "max_images": cfg.elcfs.bank_images}}
+        result_filters.append({"tasks": [FedDGTask.AMPLITUDE_SPECTRA], "filters": [guard]})
+        data_filters.append({"tasks": [FedDGTask.AMPLITUDE_BANK], "filters": [guard]})
     return {
         "format_version": 2,
         "executors": [{
-            "tasks": [FedDGTask.TRAIN, FedDGTask.EVALUATE],
-            "executor": {"id": "executor", "path": "feddg.flare.executor.FedDGExecutor",
+            "tasks": tasks,
+            "executor": {"id": "executor", "path": spec.get("executor", "feddg.flare.executor.FedDGExecutor"),
                          "args": {"config_file": CONFIG_FILE, "tb_writer_id": "tb_writer",
-                                  **METHODS[method]["executor_args"]}},
+                                  **spec["executor_args"]}},
         }],
-        "task_data_filters": [],
-        "task_result_filters": [],
+        "task_data_filters": data_filters,
+        "task_result_filters": result_filters,
         "components": [
             {"id": "tb_writer", "path": "nvflare.app_opt.tracking.tb.tb_writer.TBWriter", "args": {}},
             {"id": "fed_event_converter", "path": "nvflare.app_common.widgets.convert_to_fed_event.ConvertToFedEvent",
@@ -151,6 +182,8 @@ def client_config(method: str) -> dict[str, Any]:
 def render_job(name: str, overrides: dict | None = None) -> dict[str, str]:
     """Relative path -> file content of one job folder."""
     task, method = name.split("_", 1)
+    if name not in JOBS and (task not in TASK_DEFAULTS or method not in METHODS):
+        raise ValueError(f"unknown job {name!r}; the jobs are {JOBS}")
     exp = experiment(task, method, overrides)
     cfg = config_from_dict(exp)
     meta = {
@@ -167,7 +200,7 @@ def render_job(name: str, overrides: dict | None = None) -> dict[str, str]:
     return {
         "meta.json": _json(meta),
         "app/config/config_fed_server.json": _json(server_config(method)),
-        "app/config/config_fed_client.json": _json(client_config(method)),
+        "app/config/config_fed_client.json": _json(client_config(method, cfg)),
         f"app/config/{CONFIG_FILE}": header + yaml.safe_dump(exp, sort_keys=False, default_flow_style=False),
     }
 

@@ -7,7 +7,7 @@ FedProx: NVFlare's PTFedProxLoss adds mu/2 * ||w - w_global||^2 when ``fedprox_m
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 import torch
@@ -23,9 +23,11 @@ def segmentation_loss() -> torch.nn.Module:
 class LocalTrainResult:
     mean_loss: float
     steps: int  # optimizer steps taken this round
+    extra: dict[str, float] = field(default_factory=dict)  # method-specific scalars for TensorBoard
 
 
-def _batches(loader: Iterable, epochs: int, max_steps: int | None) -> Iterator:
+def iterate_batches(loader: Iterable, epochs: int, max_steps: int | None) -> Iterator:
+    """``epochs`` passes over ``loader``, or exactly ``max_steps`` batches when it is given."""
     if max_steps is None:
         for _ in range(epochs):
             yield from loader
@@ -68,7 +70,7 @@ def train_epochs(
         prox = PTFedProxLoss(mu=fedprox_mu)
     model.train()
     total, steps = 0.0, 0
-    for batch in _batches(loader, epochs, max_steps):
+    for batch in iterate_batches(loader, epochs, max_steps):
         image = batch["image"].to(device, non_blocking=True)
         label = batch["label"].to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)

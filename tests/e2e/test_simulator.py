@@ -129,3 +129,32 @@ def test_prostate_gradalign(tmp_path, synthetic_root):
     check_run(result, ws, ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "RUNMC", ["prostate"], 2)
     assert "gradalign_aggregator" in (ws / "server" / "simulate_job" / "app_server" / "config"
                                       / "config_fed_server.json").read_text()
+
+
+def _bank_sites(ws: Path, site: str) -> list[str]:
+    import numpy as np
+
+    with np.load(ws / site / "simulate_job" / "feddg_site_state" / "amplitude_bank.npz") as f:
+        return sorted(f.files)
+
+
+def test_fundus_elcfs_one_thread_keeps_the_bank_on_disk(tmp_path, synthetic_root):
+    """-t 1: the exchange, the bank delivery and each round run in fresh processes; training finds the bank."""
+    job = make_job(tmp_path, "fundus_elcfs", synthetic_root["fundus"], rounds=1)
+    ws = tmp_path / "ws"
+    result = run_job(job, ws, "-t", "1")
+    check_run(result, ws, ["Domain1", "Domain2", "Domain3", "Domain4"], "Domain1", ["disc", "cup"], 1)
+    assert _bank_sites(ws, "Domain2") == ["Domain3", "Domain4"]
+    assert not (ws / "Domain1" / "simulate_job" / "feddg_site_state").exists()
+    assert "amplitude exchange: distribution bank of 3 sites" in result.stdout
+
+
+def test_prostate_elcfs_ga(tmp_path, synthetic_root):
+    rounds = 2
+    job = make_job(tmp_path, "prostate_elcfs_ga", synthetic_root["prostate"], rounds=rounds)
+    ws = tmp_path / "ws"
+    result = run_job(job, ws, "-t", "6")
+    check_run(result, ws, ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "RUNMC", ["prostate"], rounds)
+    assert _bank_sites(ws, "UCL") == ["BIDMC", "BMC", "HK", "I2CVB"]
+    history = json.loads((ws / "server" / "simulate_job" / "ga_weights.json").read_text())["history"]
+    assert len(history[1]["gaps"]) == 5  # ELCFS local training still reports GA's generalization gaps

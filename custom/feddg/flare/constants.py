@@ -4,6 +4,8 @@
 class FedDGTask:
     TRAIN = "train"  # global weights in, local weights + metadata out (training sites only)
     EVALUATE = "evaluate"  # a model in, metric summaries out (every site, the unseen one included)
+    AMPLITUDE_SPECTRA = "amplitude_spectra"  # ELCFS: nothing in, the site's amplitude windows out (training sites)
+    AMPLITUDE_BANK = "amplitude_bank"  # ELCFS: the distribution bank in, an acknowledgement out
 
 
 class FedDGMeta:

@@ -42,9 +42,13 @@ from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
 from feddg.jsonfile import read_json, write_json
 from feddg.nets.unet import build_model, select_device
-from feddg.training import train_epochs
+from feddg.training import LocalTrainResult, train_epochs
 
 STATE_DIR = "feddg_site_state"
+
+
+class LocalTrainingError(RuntimeError):
+    """The site cannot run its local training this round; the message says why."""
 
 
 class FedDGExecutor(Executor):
@@ -160,11 +164,13 @@ class FedDGExecutor(Executor):
         received = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
         global_model = copy.deepcopy(model).eval() if cfg.train.fedprox_mu > 0 else None
         try:
-            result = train_epochs(model, loader, optimizer, cfg.train.local_epochs, self._device,
-                                  cfg.train.fedprox_mu, global_model, cfg.train.local_steps)
+            result = self._local_train(model, loader, optimizer, global_model, seed, fl_ctx)
         except FloatingPointError as e:
             self.log_error(fl_ctx, f"site {site}, round {current_round}: local training diverged ({e}); "
                                    f"no update is sent")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        except LocalTrainingError as e:
+            self.log_error(fl_ctx, f"site {site}, round {current_round}: cannot train: {e}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
         if abort_signal.triggered:
             return make_reply(ReturnCode.TASK_ABORTED)
@@ -177,6 +183,8 @@ class FedDGExecutor(Executor):
         meta[FedDGMeta.TRAIN_LOSS] = result.mean_loss
         meta[MetaKey.NUM_STEPS_CURRENT_ROUND] = result.steps
         self._stream(fl_ctx, "train_loss", result.mean_loss, current_round)
+        for tag, value in result.extra.items():
+            self._stream(fl_ctx, tag, value, current_round)
         self.log_info(fl_ctx, f"site {site}, round {current_round}: val Dice of the received model "
                               f"{meta.get(FedDGMeta.VAL_DICE, float('nan')):.4f}, train loss {result.mean_loss:.4f}")
         weights = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
@@ -184,6 +192,17 @@ class FedDGExecutor(Executor):
             diff = {k: weights[k] - received[k] for k in weights}
             return DXO(data_kind=DataKind.WEIGHT_DIFF, data=diff, meta=meta).to_shareable()
         return DXO(data_kind=DataKind.WEIGHTS, data=weights, meta=meta).to_shareable()
+
+    def _local_train(self, model: torch.nn.Module, loader, optimizer: torch.optim.Optimizer,
+                     global_model: torch.nn.Module | None, seed: int, fl_ctx: FLContext) -> LocalTrainResult:
+        """The method's local training (FedAvg / FedProx here); methods with their own local step override it.
+
+        Raises:
+            FloatingPointError: the loss diverged. LocalTrainingError: the site cannot train (a reason is given).
+        """
+        t = self._cfg.train
+        return train_epochs(model, loader, optimizer, t.local_epochs, self._device, t.fedprox_mu, global_model,
+                            t.local_steps)
 
     def _state_dir(self, fl_ctx: FLContext) -> str:
         run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(fl_ctx.get_job_id())
