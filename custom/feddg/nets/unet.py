@@ -13,6 +13,9 @@ import torch
 from monai.networks.nets import BasicUNet
 
 from feddg.config import FedDGConfig
+from feddg.nets.bin import BINBlock
+
+MAX_BIN_LEVELS = 5
 
 
 class FedDGUNet(BasicUNet):
@@ -26,6 +29,12 @@ class FedDGUNet(BasicUNet):
         features: six widths as MONAI's BasicUNet takes them (five encoder levels + the last decoder level).
         norm: "batch" or "instance".
         dropout: dropout probability inside the blocks.
+        bin_levels: BIN-Net (MLA-BIN, section 2.3): the top ``bin_levels`` encoder levels (0-5; ``conv_0``, then
+            ``down_1``, ``down_2``, ...) use a :class:`~feddg.nets.bin.BINBlock` (conv -> BN -> IN -> ReLU, twice)
+            for their two convolutions; deeper levels and the decoder stay standard. The paper uses 3. A ``down_k``
+            keeps its ``max_pooling`` and gets the BIN block as its ``convs``. The BIN convolutions start from the
+            weights the standard ones would have had, so ``bin_levels`` does not change the convolutions' seeded
+            initialization; 0 builds exactly the plain BasicUNet.
 
     Shapes: input (B, in_channels, H, W) with H, W multiples of 16; output (B, out_channels, H, W).
     """
@@ -37,7 +46,10 @@ class FedDGUNet(BasicUNet):
         features: Sequence[int] = (16, 16, 32, 64, 128, 16),
         norm: str = "batch",
         dropout: float = 0.0,
+        bin_levels: int = 0,
     ):
+        if isinstance(bin_levels, bool) or not isinstance(bin_levels, int) or not 0 <= bin_levels <= MAX_BIN_LEVELS:
+            raise ValueError(f"bin_levels must be an integer from 0 to {MAX_BIN_LEVELS}, got {bin_levels!r}")
         super().__init__(
             spatial_dims=2,
             in_channels=in_channels,
@@ -46,6 +58,18 @@ class FedDGUNet(BasicUNet):
             norm=norm,
             dropout=dropout,
         )
+        self.bin_levels = bin_levels
+        widths = [in_channels, *tuple(features)[:5]]
+        for level in range(bin_levels):
+            with torch.random.fork_rng(devices=[]):  # its weights are copied below: leave the global RNG as
+                block = BINBlock(widths[level], widths[level + 1], dropout=dropout)  # bin_levels=0 leaves it
+            if level == 0:
+                block.copy_conv_weights_from(self.conv_0)
+                self.conv_0 = block
+            else:
+                down = getattr(self, f"down_{level}")
+                block.copy_conv_weights_from(down.convs)
+                down.convs = block  # replaces the entry in place: max_pooling stays first
 
     @property
     def encoder_blocks(self) -> list[torch.nn.Module]:
@@ -78,6 +102,7 @@ def build_model(cfg: FedDGConfig) -> FedDGUNet:
         features=cfg.model.features,
         norm=cfg.model.norm,
         dropout=cfg.model.dropout,
+        bin_levels=cfg.model.bin_levels,
     )
 
 
