@@ -121,8 +121,37 @@ class ELCFSConfig:
     meta_step_size: float = 1e-3  # beta, the inner step of Eq. (4)
     boundary_weight: float = 0.5  # gamma of Eq. (8): 0.5 prostate, 0.1 fundus in the paper
     temperature: float = 0.05  # tau of Eq. (6)
+    contrast_denominator: str = "all"  # Eq. (6): "negatives" as printed, or "all" as in the cited SimCLR InfoNCE
+    # (measured: the printed form drowns the Dice loss; see feddg/methods/boundary.py)
     dilation_iterations: int = 5  # width of the background ring around the anatomy
     second_order: bool = False  # back-propagate through the inner step (the authors' code is first order)
+
+
+MLA_ENCODERS = ("random", "global")
+MLA_MODES = ("mean", "per_image")
+
+
+@dataclass
+class MLAConfig:
+    """MLA (MLA-BIN, section 2.2): the feature bank after training, the domain attention module (DAM) and the
+    attention-weighted combination of the sites' local models. Only MLA jobs read this section; the BIN-Net half
+    of MLA-BIN is ``model.bin_levels``."""
+
+    encoder: str = "random"  # the shared feature encoder of Eq. (2): "random" (a CNN drawn from encoder_seed,
+    # rebuilt at every site from the seed alone) or "global" (the final global model's encoder)
+    encoder_seed: int = 0
+    encoder_width: int = 32  # random encoder: channels of its first stage, doubled per stage
+    encoder_depth: int = 3  # random encoder: stages; its features = encoder_width * 2 ** (encoder_depth - 1)
+    feature_images: int | None = None  # training images per site mapped to feature vectors (a seeded random
+    # subset); None: all of them
+    attention_epochs: int = 100  # section 3.2: 100 epochs, lr 1e-3, batch 8
+    attention_lr: float = 1e-3
+    attention_batch_size: int = 8
+    attention_seed: int = 0  # the DAM's initialization and shuffling
+    attention_conv_channels: int = 128  # widths of the DAM (the paper gives none)
+    attention_hidden: int = 64
+    attention_mode: str = "mean"  # "mean": one combined model per site from the mean per-image softmax;
+    # "per_image": one combined model per image
 
 
 @dataclass
@@ -132,6 +161,7 @@ class FedDGConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     elcfs: ELCFSConfig = field(default_factory=ELCFSConfig)
+    mla: MLAConfig = field(default_factory=MLAConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -153,7 +183,8 @@ def _build(cls: type, values: Any, where: str):
     return cls(**kwargs)
 
 
-_SECTIONS = {c.__name__: c for c in (SyntheticConfig, DataConfig, ModelConfig, TrainConfig, EvalConfig, ELCFSConfig)}
+_SECTIONS = {c.__name__: c for c in (SyntheticConfig, DataConfig, ModelConfig, TrainConfig, EvalConfig, ELCFSConfig,
+                                               MLAConfig)}
 
 
 def validate(cfg: FedDGConfig) -> FedDGConfig:
@@ -185,6 +216,7 @@ def validate(cfg: FedDGConfig) -> FedDGConfig:
     if t.min_sites is not None and not 1 <= t.min_sites <= len(d.train_sites):
         raise ConfigError(f"train.min_sites: must be between 1 and {len(d.train_sites)}, got {t.min_sites}")
     _validate_elcfs(cfg.elcfs, len(d.train_sites))
+    _validate_mla(cfg.mla)
     return cfg
 
 
@@ -198,9 +230,40 @@ def _validate_elcfs(e: ELCFSConfig, n_train_sites: int) -> None:
                           f"training sites) or null, got {e.transforms_per_image}")
     if len(e.lam_range) != 2 or not 0.0 <= e.lam_range[0] <= e.lam_range[1] <= 1.0:
         raise ConfigError(f"elcfs.lam_range: must be [low, high] with 0 <= low <= high <= 1, got {e.lam_range}")
+    if e.contrast_denominator not in ("negatives", "all"):
+        raise ConfigError(f"elcfs.contrast_denominator: must be 'negatives' or 'all', got {e.contrast_denominator!r}")
     if e.meta_step_size < 0 or e.boundary_weight < 0 or e.temperature <= 0 or e.dilation_iterations < 1:
         raise ConfigError("elcfs.meta_step_size and elcfs.boundary_weight must be >= 0, elcfs.temperature > 0 "
                           "and elcfs.dilation_iterations >= 1")
+
+
+def _validate_mla(m: MLAConfig) -> None:
+    if m.encoder not in MLA_ENCODERS:
+        raise ConfigError(f"mla.encoder: must be one of {list(MLA_ENCODERS)}, got {m.encoder!r}")
+    if m.attention_mode not in MLA_MODES:
+        raise ConfigError(f"mla.attention_mode: must be one of {list(MLA_MODES)}, got {m.attention_mode!r}")
+    for name in ("encoder_seed", "attention_seed"):
+        value = getattr(m, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"mla.{name}: must be a non-negative integer, got {value!r}")
+    for name in ("encoder_width", "encoder_depth", "attention_epochs", "attention_batch_size",
+                 "attention_conv_channels", "attention_hidden"):
+        value = getattr(m, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"mla.{name}: must be an integer >= 1, got {value!r}")
+    if m.feature_images is not None and (isinstance(m.feature_images, bool) or not isinstance(m.feature_images, int)
+                                         or m.feature_images < 1):
+        raise ConfigError(f"mla.feature_images: must be an integer >= 1 or null, got {m.feature_images!r}")
+    if isinstance(m.attention_lr, bool) or not isinstance(m.attention_lr, (int, float)) or not m.attention_lr > 0:
+        raise ConfigError(f"mla.attention_lr: must be a number > 0, got {m.attention_lr!r}")
+
+
+def mla_feature_width(cfg: FedDGConfig) -> int:
+    """The width of MLA's feature vectors (Eq. 2): the random encoder's last stage, or the deepest encoder level
+    of the network for the global model's encoder."""
+    if cfg.mla.encoder == "global":
+        return int(cfg.model.features[4])
+    return int(cfg.mla.encoder_width * 2 ** (cfg.mla.encoder_depth - 1))
 
 
 def load_config(path: str | os.PathLike) -> FedDGConfig:

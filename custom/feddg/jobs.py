@@ -15,13 +15,14 @@ installed ``feddg`` package.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from feddg.config import FedDGConfig, config_from_dict
+from feddg.config import FedDGConfig, MLAConfig, config_from_dict, mla_feature_width
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
 from feddg.methods.frequency import window_half_widths
 
@@ -99,11 +100,23 @@ METHODS: dict[str, dict[str, Any]] = {
 _ELCFS = {
     "executor": "feddg.flare.elcfs_executor.ELCFSExecutor",
     "exchange": True,
+    "overrides": {"elcfs": {"contrast_denominator": "all"}},  # see feddg/methods/boundary.py: measured
     "task_overrides": {"prostate": {"elcfs": {"boundary_weight": 0.5}},
                        "fundus": {"elcfs": {"boundary_weight": 0.1}}},
 }
 METHODS["elcfs"] = {**METHODS["fedavg"], **_ELCFS}
 METHODS["elcfs_ga"] = {**METHODS["ga"], **_ELCFS, "tasks": ["prostate"]}
+
+# MLA-BIN: BIN-Net (BIN blocks in the top 3 encoder levels, section 2.3) trained with FedAvg, then MLA (section
+# 2.2): the server keeps the final local models of the sites that opt in, builds the domain feature bank, trains
+# the domain attention module and evaluates the attention-combined model everywhere (feddg/flare/mla_workflow.py).
+# The mla section is written out in full so that a job copy can switch to `encoder: global` and the like.
+METHODS["mlabin"] = {
+    **METHODS["fedavg"],
+    "executor": "feddg.flare.mla_executor.MLAExecutor",
+    "mla": True,
+    "overrides": {"model": {"bin_levels": 3}, "mla": dataclasses.asdict(MLAConfig())},
+}
 
 JOBS = [f"{task}_{method}" for method, spec in METHODS.items() for task in TASK_DEFAULTS
         if task in spec.get("tasks", TASK_DEFAULTS)]
@@ -131,14 +144,25 @@ def server_config(method: str) -> dict[str, Any]:
         "path": "feddg.flare.amplitude_exchange.AmplitudeExchange",
         "args": {"config_file": CONFIG_FILE, "task_timeout": 600},
     }] if METHODS[method].get("exchange") else []
+    mla = METHODS[method].get("mla", False)
+    controller_args = {"config_file": CONFIG_FILE, "aggregator_id": "aggregator", "persistor_id": "persistor",
+                       "eval_timeout": 3600, "report_file": "feddg_report.json"}
+    after = []
+    if mla:
+        controller_args["keep_local_models"] = True
+        after.append({
+            "id": "mla",
+            "path": "feddg.flare.mla_workflow.MLAWorkflow",
+            "args": {"config_file": CONFIG_FILE, "persistor_id": "persistor", "report_file": "feddg_report.json",
+                     "task_timeout": 600, "eval_timeout": 3600},
+        })
     return {
         "format_version": 2,
         "workflows": [*exchange, {
             "id": "leave_one_site_out",
             "path": "feddg.flare.controller.LeaveOneSiteOutFedAvg",
-            "args": {"config_file": CONFIG_FILE, "aggregator_id": "aggregator", "persistor_id": "persistor",
-                     "eval_timeout": 3600, "report_file": "feddg_report.json"},
-        }],
+            "args": controller_args,
+        }, *after],
         "components": [
             {"id": "persistor", "path": "feddg.flare.persistor.FedDGModelPersistor",
              "args": {"config_file": CONFIG_FILE}},
@@ -161,6 +185,12 @@ def client_config(method: str, cfg: FedDGConfig) -> dict[str, Any]:
                  "args": {"half_widths": hw, "max_half_width": max(hw), "max_images": cfg.elcfs.bank_images}}
         result_filters.append({"tasks": [FedDGTask.AMPLITUDE_SPECTRA], "filters": [guard]})
         data_filters.append({"tasks": [FedDGTask.AMPLITUDE_BANK], "filters": [guard]})
+    if spec.get("mla"):
+        tasks += [FedDGTask.MLA_FEATURES, FedDGTask.MLA_EVALUATE]
+        width = mla_feature_width(cfg)
+        guard = {"path": "feddg.flare.feature_filter.FeatureMatrixFilter",
+                 "args": {"width": width, "max_width": width, "max_rows": cfg.mla.feature_images}}
+        result_filters.append({"tasks": [FedDGTask.MLA_FEATURES], "filters": [guard]})
     return {
         "format_version": 2,
         "executors": [{

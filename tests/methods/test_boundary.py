@@ -49,7 +49,17 @@ def test_info_nce_closed_form():
     torch.testing.assert_close(loss, torch.tensor([math.log(2) - 20.0]))
 
 
-def _reference(h_bd: torch.Tensor, h_bg: torch.Tensor, tau: float) -> float:
+def test_info_nce_closed_form_with_the_all_others_denominator():
+    # Same features: the denominator adds the positive, exp(1/tau) + 2: l = log(1 + 2 exp(-1/tau)) >= 0.
+    h_bd = torch.tensor([[[1.0, 0.0], [2.0, 0.0]]], dtype=torch.float64)
+    h_bg = torch.tensor([[[0.0, 1.0], [0.0, 3.0]]], dtype=torch.float64)
+    loss = boundary_info_nce(h_bd, h_bg, tau=0.05, denominator="all")
+    torch.testing.assert_close(loss, torch.tensor([math.log1p(2 * math.exp(-20.0))], dtype=torch.float64))
+    with pytest.raises(ValueError, match="denominator"):
+        boundary_info_nce(h_bd, h_bg, denominator="positives")
+
+
+def _reference(h_bd: torch.Tensor, h_bg: torch.Tensor, tau: float, denominator: str = "negatives") -> float:
     """Eq. (6)-(7) written out with loops, for one group."""
     h = [*h_bd, *h_bg]
     cls = [0] * len(h_bd) + [1] * len(h_bg)
@@ -59,7 +69,8 @@ def _reference(h_bd: torch.Tensor, h_bg: torch.Tensor, tau: float) -> float:
     for m, p in itertools.combinations(range(2 * k), 2):
         if cls[m] != cls[p]:
             continue
-        denom = sum(math.exp(cos(h[m], h[q]) / tau) for q in range(2 * k) if q != m and cls[q] != cls[m])
+        others = [q for q in range(2 * k) if q != m and (denominator == "all" or cls[q] != cls[m])]
+        denom = sum(math.exp(cos(h[m], h[q]) / tau) for q in others)
         total += -math.log(math.exp(cos(h[m], h[p]) / tau) / denom)
     return total / (math.comb(k, 2) * 2)
 
@@ -69,8 +80,9 @@ def test_info_nce_matches_the_equation_written_out(views):
     g = torch.Generator().manual_seed(views)
     h_bd, h_bg = torch.randn(2, views, 6, generator=g, dtype=torch.float64).unbind(0)
     for tau in (0.05, 0.5):
-        got = boundary_info_nce(h_bd[None], h_bg[None], tau)
-        assert float(got) == pytest.approx(_reference(h_bd, h_bg, tau), rel=1e-9)
+        for denominator in ("negatives", "all"):
+            got = boundary_info_nce(h_bd[None], h_bg[None], tau, denominator)
+            assert float(got) == pytest.approx(_reference(h_bd, h_bg, tau, denominator), rel=1e-9)
 
 
 def test_slices_without_foreground_are_skipped_never_nan():

@@ -150,7 +150,8 @@ class ELCFSExecutor(FedDGExecutor):
         n_t = e.transforms_per_image if e.transforms_per_image is None else min(e.transforms_per_image, n_other)
 
         def boundary(features, labels, views):
-            return boundary_loss(features, labels, views, e.temperature, e.dilation_iterations)
+            return boundary_loss(features, labels, views, e.temperature, e.dilation_iterations,
+                                 e.contrast_denominator)
 
         result = train_episodic(
             model, iterate_batches(loader, cfg.train.local_epochs, cfg.train.local_steps), optimizer, self._device,
