@@ -77,3 +77,124 @@ def _read_object(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object")
     return data
+
+
+# ---------------------------------------------------------------------------------------------------- full policy
+# What a hospital installs into its startup kit (``feddg install-policy KIT``), beyond the allow-list above.
+
+EGRESS_FILTER = "feddg.flare.egress_filter.SiteEgressFilter"
+AMPLITUDE_FILTER = "feddg.flare.amplitude_filter.AmplitudeWindowFilter"
+PRIVACY_SCOPE = "feddg"
+
+
+def client_privacy(max_amplitude_images: int | None = None, max_feature_rows: int | None = None) -> dict[str, Any]:
+    """``privacy.json``: one scope, the default, so every job runs under it whether it names it or not. On every
+    task the site's egress filter checks the result; incoming amplitude banks are checked too. A job naming any
+    other scope is refused by NVFlare."""
+    return {
+        "scopes": [{
+            "name": PRIVACY_SCOPE,
+            "properties": {},
+            "task_result_filters": [{"path": EGRESS_FILTER, "args": {
+                "max_amplitude_images": max_amplitude_images, "max_feature_rows": max_feature_rows}}],
+            "task_data_filters": [{"path": AMPLITUDE_FILTER, "args": {}}],
+        }],
+        "default_scope": PRIVACY_SCOPE,
+    }
+
+
+def _role_permissions(submit: bool) -> dict[str, str]:
+    return {
+        "submit_job": "any" if submit else "none",
+        "clone_job": "n:submitter" if submit else "none",
+        "manage_job": "n:submitter" if submit else "none",
+        "download_job": "n:submitter" if submit else "none",
+        "view": "any",
+        "operate": "o:site",
+        "shell_commands": "none",
+        "byoc": "none",
+        "server-predeployed-flwr": "none",
+    }
+
+
+def authorization() -> dict[str, Any]:
+    """``authorization.json`` for the server and every hospital: only leads submit (and manage and download their
+    own jobs); nobody may run a job with custom code (``byoc``); members only view. The project admin operates the
+    system (start, stop, abort any job) but does not submit."""
+    return {
+        "format_version": "1.0",
+        "permissions": {
+            "project_admin": {"submit_job": "none", "clone_job": "none", "manage_job": "any", "download_job": "any",
+                              "view": "any", "operate": "any", "shell_commands": "any", "byoc": "none",
+                              "server-predeployed-flwr": "none"},
+            "org_admin": {**_role_permissions(submit=False), "manage_job": "o:submitter"},
+            "lead": _role_permissions(submit=True),
+            "member": {"view": "any"},
+        },
+    }
+
+
+def detect_gpus() -> tuple[int, int]:
+    """(number of GPUs, GiB of the smallest) on this machine; (0, 0) without CUDA."""
+    try:
+        import torch
+
+        n = torch.cuda.device_count()
+        if n == 0:
+            return 0, 0
+        return n, min(torch.cuda.get_device_properties(i).total_memory for i in range(n)) // 2**30
+    except Exception:  # noqa: BLE001 - no usable CUDA is the CPU case
+        return 0, 0
+
+
+def set_gpus(resources: dict[str, Any], num_gpus: int, mem_per_gpu_gib: int) -> None:
+    """Name the site's GPUs in NVFlare's GPU resource manager (``num_of_gpus: 0`` on CPU-only hosts)."""
+    for component in resources.get("components", []):
+        if component.get("path", "").endswith("GPUResourceManager"):
+            component.setdefault("args", {}).update(num_of_gpus=int(num_gpus), mem_per_gpu_in_GiB=int(mem_per_gpu_gib))
+
+
+def _kind(participant_dir: Path) -> str | None:
+    startup = participant_dir / "startup"
+    if (startup / "fed_server.json").exists():
+        return "server"
+    if (startup / "fed_client.json").exists():
+        return "client"
+    return None  # an admin kit: nothing to install
+
+
+def install_site_policy(kit: Path, num_gpus: int | None = None, mem_per_gpu_gib: int | None = None,
+                        max_amplitude_images: int | None = None) -> list[Path]:
+    """Install the project's policy into one startup kit, or into every kit of a provisioned ``prod_NN`` folder.
+
+    Server and clients: ``resources.json`` (allow-list; on clients the GPUs, auto-detected on this machine when
+    ``num_gpus`` is None) and ``authorization.json``. Clients also: ``privacy.json`` and, when absent, a
+    ``feddg_site.json.sample`` to copy and edit. Returns the files written."""
+    kit = Path(kit)
+    kits = [kit] if _kind(kit) else sorted(p for p in kit.iterdir() if p.is_dir() and _kind(p))
+    if not kits:
+        raise ValueError(f"{kit}: no server or client startup kit here (expected startup/fed_server.json or "
+                         f"startup/fed_client.json, or a folder of such kits)")
+    if num_gpus is None:
+        num_gpus, detected_mem = detect_gpus()
+        mem_per_gpu_gib = detected_mem if mem_per_gpu_gib is None else mem_per_gpu_gib
+    written = []
+    for participant in kits:
+        local = participant / "local"
+        path = install_resources(local)
+        if _kind(participant) == "client":
+            resources = _read_object(path)
+            set_gpus(resources, num_gpus, mem_per_gpu_gib or 0)
+            path.write_text(json.dumps(resources, indent=2) + "\n")
+            written.append(_write(local / "privacy.json", client_privacy(max_amplitude_images)))
+            sample = local / "feddg_site.json.sample"
+            if not (local / "feddg_site.json").exists():
+                written.append(_write(sample, {"amplitude_bank_images": None, "share_local_model": False}))
+        written += [path, _write(local / "authorization.json", authorization())]
+    return written
+
+
+def _write(path: Path, obj: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2) + "\n")
+    return path
