@@ -1,8 +1,8 @@
 """Which parts of ELCFS's local step help, on one site, measured side by side from the same initial model.
 
-    python benchmarks/elcfs_boundary_ablation.py [--site BIDMC] [--epochs 10]
+    python benchmarks/elcfs_boundary_ablation.py [--task prostate] [--site BIDMC] [--epochs 10]
 
-Trains the prostate job's default network on one synthetic training site (``jobs/prostate_elcfs`` settings,
+Trains a task's default network on one synthetic training site (``jobs/<task>_elcfs`` settings,
 amplitude bank of the other training sites) with: plain training (FedAvg's local step), the episodic step without
 the boundary term, and with the boundary term of Eq. (6)-(7) using the printed denominator (negatives only) at the
 paper's two gammas and the SimCLR denominator (all other features). Prints Dice on the site's validation split and
@@ -29,10 +29,12 @@ from feddg.training import iterate_batches, segmentation_loss, train_epochs
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--site", default="BIDMC")
+    parser.add_argument("--task", default="prostate", choices=["prostate", "fundus"])
+    parser.add_argument("--site", default=None, help="default: the first training site")
     parser.add_argument("--epochs", type=int, default=10)
     args = parser.parse_args()
-    cfg = config_from_dict(experiment("prostate", "elcfs"))
+    cfg = config_from_dict(experiment(args.task, "elcfs"))
+    args.site = args.site or cfg.data.train_sites[0]
     device = select_device()
     data = load_site(cfg.data, args.site)
     size = cfg.data.image_size
@@ -42,8 +44,11 @@ def main() -> None:
     unseen = load_site(cfg.data, cfg.data.unseen_site)["test"]
     names = cfg.data.label_names
 
-    def dice(model, split) -> float:
-        return mean_dice(evaluate_sliceset(model, split, names, device, cfg.eval.batch_size)["summary"], names)
+    def dice(model, split) -> str:
+        summary = evaluate_sliceset(model, split, names, device, cfg.eval.batch_size)["summary"]
+        if len(names) == 1:
+            return f"{mean_dice(summary, names):.3f}"
+        return "/".join(f"{summary[n]['dice']['mean']:.3f}" for n in names)
 
     variants = {
         "plain training (FedAvg's local step)": None,
@@ -51,9 +56,10 @@ def main() -> None:
         "episodic + boundary, printed Eq. 6, gamma 0.5": (0.5, "negatives"),
         "episodic + boundary, printed Eq. 6, gamma 0.1": (0.1, "negatives"),
         "episodic + boundary, all-others denominator, gamma 0.5": (0.5, "all"),
+        "episodic + boundary, all-others denominator, gamma 0.1": (0.1, "all"),
     }
     print(f"site {args.site}, {args.epochs} epochs, {size} px, unseen {cfg.data.unseen_site}")
-    print(f"{'variant':<58}{'val Dice':>10}{'unseen Dice':>13}{'time s':>8}")
+    print(f"{'variant':<58}{'val Dice':>14}{'unseen Dice':>14}{'time s':>8}   ({'/'.join(names)})")
     for name, spec in variants.items():
         torch.manual_seed(cfg.train.seed)
         model = build_model(cfg).to(device)
@@ -72,7 +78,7 @@ def main() -> None:
             train_episodic(model, iterate_batches(loader, args.epochs, None), opt, device, bank, args.site,
                            segmentation_loss(), boundary if gamma > 0 else None, boundary_weight=gamma, seed=0)
         elapsed = time.perf_counter() - start
-        print(f"{name:<58}{dice(model, data['val']):>10.3f}{dice(model, unseen):>13.3f}{elapsed:>8.1f}")
+        print(f"{name:<58}{dice(model, data['val']):>14}{dice(model, unseen):>14}{elapsed:>8.1f}")
 
 
 if __name__ == "__main__":

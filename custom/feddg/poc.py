@@ -1,0 +1,236 @@
+"""A multi-site rehearsal on one machine: NVFlare's POC mode with the consortium's real project and site policy.
+
+    feddg poc JOB --workspace /tmp/feddg/poc [--timeout 1800]
+
+1. ``nvflare poc prepare -i <project.yml>`` with the task's consortium project (:mod:`feddg.provisioning`): the
+   server, every hospital of the job, the project admin, a lead and a member per hospital, signed kits.
+2. The project's site policy goes into every kit (:func:`feddg.flare.site_policy.install_site_policy`):
+   allow-list, privacy scope with the site egress filter, authorization (only leads submit, no custom code).
+3. The server and every hospital start, each as one process this command starts and owns (``sub_start.sh --once``).
+4. A hospital lead submits the job with ``nvflare job submit``, the command waits for it with a bound
+   (``nvflare job wait --timeout``), downloads the result (``nvflare job download``) and prints the metrics table
+   of the job's ``feddg_report.json``.
+5. Everything it started is stopped by process id (with the processes those started), on success, on failure and
+   on Ctrl-C.
+
+The admin commands run with ``HOME`` inside the workspace, so the user's own ``~/.nvflare`` is left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import yaml
+
+from feddg.config import load_config
+from feddg.flare.constants import CONFIG_FILE
+from feddg.flare.site_policy import install_site_policy
+from feddg.provisioning import FED_LEARN_PORT, hospital_admins, project
+from feddg.report import format_table
+
+REPORT = "feddg_report.json"
+
+
+class RehearsalError(RuntimeError):
+    """The rehearsal could not finish; the message says at which step and why."""
+
+
+@dataclass
+class POC:
+    """A prepared POC: where its kits are and the processes this object started."""
+
+    workspace: Path
+    prod: Path
+    server: str
+    clients: list[str]
+    lead: str
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def env(self) -> dict[str, str]:
+        home = self.workspace / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        return {**os.environ, "HOME": str(home), "NVFLARE_POC_WORKSPACE": str(self.workspace / "nvflare_poc")}
+
+    def kit(self, name: str) -> Path:
+        return self.prod / name
+
+
+def prepare(workspace: Path, task: str, sites: list[str]) -> POC:
+    """``nvflare poc prepare`` with the consortium's project restricted to the job's sites, then the site policy."""
+    workspace = Path(workspace).resolve()
+    if workspace.exists():
+        shutil.rmtree(workspace)
+    workspace.mkdir(parents=True)
+    spec = project(task, server="localhost")
+    spec["participants"] = [p for p in spec["participants"]
+                            if p["type"] != "client" or p["name"] in sites]
+    spec["participants"] = [p for p in spec["participants"]
+                            if p["type"] != "admin" or p["org"] in ("consortium", *sites)]
+    project_file = workspace / "project.yml"
+    project_file.write_text(yaml.safe_dump(spec, sort_keys=False))
+    poc = POC(workspace, workspace / "nvflare_poc" / spec["name"] / "prod_00", "localhost", list(sites),
+              hospital_admins(sites[0])["lead"])
+    _run(["nvflare", "poc", "prepare", "-i", str(project_file), "--force"], poc.env, 180, "poc prepare")
+    if not poc.prod.is_dir():
+        raise RehearsalError(f"poc prepare: no kits under {poc.prod}")
+    install_site_policy(poc.prod)
+    return poc
+
+
+def start(poc: POC, ready_timeout: float = 120) -> None:
+    """Start the server, wait until it listens, then every hospital; each one process of ours."""
+    poc.processes.append(_launch(poc.kit(poc.server), poc.workspace / "logs" / "server.log"))
+    _wait_for_port("localhost", FED_LEARN_PORT, ready_timeout, poc)
+    for site in poc.clients:
+        poc.processes.append(_launch(poc.kit(site), poc.workspace / "logs" / f"{site}.log"))
+    time.sleep(5)  # let the clients register before a job is scheduled
+    for proc in poc.processes:
+        if proc.poll() is not None:
+            raise RehearsalError(f"a POC process exited at start (code {proc.returncode}); see "
+                                 f"{poc.workspace / 'logs'}")
+
+
+def _launch(kit: Path, log: Path) -> subprocess.Popen:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log, "w")  # noqa: SIM115 - closed with the process
+    return subprocess.Popen(["bash", str(kit / "startup" / "sub_start.sh"), "--once"], cwd=kit, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_for_port(host: str, port: int, timeout: float, poc: POC) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if poc.processes and poc.processes[0].poll() is not None:
+            raise RehearsalError(f"the server exited at start; see {poc.workspace / 'logs' / 'server.log'}")
+        with socket.socket() as s:
+            s.settimeout(1)
+            if s.connect_ex((host, port)) == 0:
+                return
+        time.sleep(1)
+    raise RehearsalError(f"the server did not listen on {host}:{port} within {timeout:.0f} s")
+
+
+def stop(poc: POC) -> None:
+    """Stop every process this POC started, and their descendants, by process id."""
+    victims: list[psutil.Process] = []
+    for proc in poc.processes:
+        try:
+            parent = psutil.Process(proc.pid)
+            victims += [parent, *parent.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+    for p in victims:
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(victims, timeout=10)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=10)
+    for proc in poc.processes:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    poc.processes.clear()
+
+
+def admin(poc: POC, args: list[str], timeout: float, step: str, user: str | None = None) -> str:
+    """Run an ``nvflare job ...`` command as ``user`` (default: the first hospital's lead) and return its output."""
+    kit = poc.kit(user or poc.lead)
+    return _run(["nvflare", "job", *args, "--startup-kit", str(kit)], poc.env, timeout, step)
+
+
+def submit(poc: POC, job: Path, user: str | None = None) -> str:
+    out = admin(poc, ["submit", "-j", str(job)], 300, "job submit", user)
+    match = re.search(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", out)
+    if not match:
+        raise RehearsalError(f"job submit: no job id in the output:\n{out[-2000:]}")
+    return match.group(0)
+
+
+def wait(poc: POC, job_id: str, timeout: float) -> str:
+    return admin(poc, ["wait", job_id, "--timeout", str(int(timeout))], timeout + 120, "job wait")
+
+
+def download(poc: POC, job_id: str, out_dir: Path) -> Path:
+    admin(poc, ["download", job_id, "-o", str(out_dir), "--force"], 600, "job download")
+    reports = sorted(Path(out_dir).rglob(REPORT))
+    if not reports:
+        raise RehearsalError(f"job download: no {REPORT} in {out_dir} (the job did not finish its evaluation; "
+                             f"see {poc.workspace / 'logs'})")
+    return reports[0]
+
+
+def _run(cmd: list[str], env: dict[str, str], timeout: float, step: str) -> str:
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise RehearsalError(f"{step}: no answer within {timeout:.0f} s") from e
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise RehearsalError(f"{step} failed (exit {proc.returncode}):\n{out[-3000:]}")
+    return out
+
+
+def rehearse(job: Path, workspace: Path, timeout: float = 1800) -> dict:
+    """Prepare, start, submit ``job``, wait, download, print the table, stop. Returns the job's report."""
+    job = Path(job).resolve()
+    cfg = load_config(job / "app" / "config" / CONFIG_FILE)
+    poc = prepare(workspace, cfg.data.task, cfg.data.sites)
+    previous = signal.getsignal(signal.SIGTERM)
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        start(poc)
+        print(f"POC up: server + {poc.clients}; {poc.lead} submits {job.name}", flush=True)
+        job_id = submit(poc, job)
+        print(f"job {job_id} submitted; waiting up to {timeout:.0f} s", flush=True)
+        wait(poc, job_id, timeout)
+        report_path = download(poc, job_id, poc.workspace / "results" / job_id)
+        report = json.loads(report_path.read_text())
+        print(f"\n{job.name} in the POC, unseen site {report['unseen_site']} (report: {report_path})\n"
+              f"{format_table(report['table'])}\n", flush=True)
+        return report
+    finally:
+        stop(poc)
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="feddg poc", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("job", help="a job folder, e.g. jobs/prostate_fedavg")
+    parser.add_argument("--workspace", default="/tmp/feddg/poc", help="POC folder (deleted and recreated)")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the job")
+    args = parser.parse_args(argv)
+    try:
+        rehearse(Path(args.job), Path(args.workspace), args.timeout)
+    except RehearsalError as e:
+        print(f"POC rehearsal failed: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("POC rehearsal interrupted; everything it started is stopped", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

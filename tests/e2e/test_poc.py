@@ -1,0 +1,57 @@
+"""The POC rehearsal end to end: the consortium's kits and site policy, a lead submits a tiny job with
+`nvflare job submit`, the result is downloaded and printed, and every process the rehearsal started is gone."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from feddg.jobs import write_job
+from tests.conftest import tiny_experiment
+
+pytestmark = pytest.mark.slow
+TIMEOUT_S = 900
+
+
+def _leftovers(workspace: Path) -> list[int]:
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if any(str(workspace) in part for part in (p.info["cmdline"] or [])):
+                found.append(p.info["pid"])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def test_poc_rehearsal_runs_a_job_across_the_hospitals(tmp_path, synthetic_root):
+    job = write_job(tmp_path / "jobs", "prostate_fedavg",
+                    tiny_experiment("prostate", root=str(synthetic_root["prostate"]), rounds=1))
+    ws = tmp_path / "poc"
+    proc = subprocess.Popen([sys.executable, "-m", "feddg.poc", str(job), "--workspace", str(ws), "--timeout", "600"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        pytest.fail(f"rehearsal exceeded {TIMEOUT_S} s:\n{out[-5000:]}")
+    assert proc.returncode == 0, out[-5000:]
+    assert "lead@bidmc.hospital.example.org submits prostate_fedavg" in out
+    assert "prostate_fedavg in the POC, unseen site RUNMC" in out
+    report = json.loads(next((ws / "results").rglob("feddg_report.json")).read_text())
+    runmc = report["models"]["final"]["sites"]["RUNMC"]["splits"]["test"]["prostate"]["dice"]["mean"]
+    assert math.isfinite(runmc)
+    assert sorted(report["history"][0]["sites"]) == ["BIDMC", "BMC", "HK", "I2CVB", "UCL"]
+    # The site policy was in force: the egress filter is the default scope of every hospital.
+    privacy = json.loads((ws / "nvflare_poc" / "feddg_prostate" / "prod_00" / "BIDMC" / "local" / "privacy.json").read_text())
+    assert privacy["default_scope"] == "feddg"
+    assert _leftovers(ws) == [], "processes of the rehearsal are still running"
