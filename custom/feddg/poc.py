@@ -166,7 +166,18 @@ def submit(poc: POC, job: Path, user: str | None = None) -> str:
 
 
 def wait(poc: POC, job_id: str, timeout: float) -> str:
-    return admin(poc, ["wait", job_id, "--timeout", str(int(timeout))], timeout + 120, "job wait")
+    """Wait for the job to end (at most ``timeout`` s); returns its final status, e.g. ``FINISHED:COMPLETED``.
+
+    Raises:
+        RehearsalError: the job was still running after ``timeout``.
+    """
+    kit = poc.kit(poc.lead)
+    out = _run(["nvflare", "job", "wait", job_id, "--timeout", str(int(timeout)), "--startup-kit", str(kit)],
+               poc.env, timeout + 120, "job wait", check=False)
+    match = re.search(r"status:.*?\b(FINISHED:[A-Z_]+)", out)
+    if not match:
+        raise RehearsalError(f"job wait: job {job_id} did not finish within {timeout:.0f} s:\n{out[-2000:]}")
+    return match.group(1)
 
 
 def download(poc: POC, job_id: str, out_dir: Path) -> Path:
@@ -178,13 +189,13 @@ def download(poc: POC, job_id: str, out_dir: Path) -> Path:
     return reports[0]
 
 
-def _run(cmd: list[str], env: dict[str, str], timeout: float, step: str) -> str:
+def _run(cmd: list[str], env: dict[str, str], timeout: float, step: str, check: bool = True) -> str:
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         raise RehearsalError(f"{step}: no answer within {timeout:.0f} s") from e
     out = proc.stdout + proc.stderr
-    if proc.returncode != 0:
+    if check and proc.returncode != 0:
         raise RehearsalError(f"{step} failed (exit {proc.returncode}):\n{out[-3000:]}")
     return out
 
@@ -201,7 +212,10 @@ def rehearse(job: Path, workspace: Path, timeout: float = 1800) -> dict:
         print(f"POC up: server + {poc.clients}; {poc.lead} submits {job.name}", flush=True)
         job_id = submit(poc, job)
         print(f"job {job_id} submitted; waiting up to {timeout:.0f} s", flush=True)
-        wait(poc, job_id, timeout)
+        status = wait(poc, job_id, timeout)
+        if status != "FINISHED:COMPLETED":
+            raise RehearsalError(f"job {job_id} ended with {status}; logs: nvflare job logs {job_id} (server and "
+                                 f"sites: {poc.workspace / 'logs'})")
         report_path = download(poc, job_id, poc.workspace / "results" / job_id)
         report = json.loads(report_path.read_text())
         print(f"\n{job.name} in the POC, unseen site {report['unseen_site']} (report: {report_path})\n"
