@@ -130,3 +130,66 @@ def test_overlays_for_folder_qualified_case_ids(tmp_path):
     written = write_overlays(s, labels.astype(bool), tmp_path / "ov")
     assert sorted(p.name for p in written) == ["test_00_001.png", "train_00_001.png"]
     assert all(p.parent == tmp_path / "ov" for p in written)
+
+
+# ---------------------------------------------------------------------------------------------- MLA bundle
+def _mla_bundle(tmp_path, synthetic_root, exp):
+    from feddg.data.dataset import load_site
+    from feddg.methods.mla import build_feature_encoder, encode, train_domain_attention
+    from feddg.mla_bundle import save_bundle
+
+    cfg = config_from_dict({**exp, "data": {**exp["data"], "root": str(synthetic_root["prostate"])}})
+    models = {}
+    for i, site in enumerate(("BIDMC", "HK")):
+        torch.manual_seed(i)
+        models[site] = build_model(cfg)
+    encoder = build_feature_encoder(1, 0, width=4)
+    bank = {s: encode(encoder, load_site(cfg.data, s)["train"].images) for s in models}
+    attention, order, _ = train_domain_attention(bank, epochs=2, conv_channels=8, hidden=8)
+    return save_bundle(tmp_path / "bundle", models, encoder, attention, exp, site_order=order)
+
+
+def test_evaluate_command_scores_an_mla_bundle_next_to_the_global_model(tmp_path, synthetic_root, capsys):
+    exp = tiny_experiment("prostate")
+    exp["model"]["bin_levels"] = 3
+    ckpt = save_checkpoint(tmp_path / "FL_global_model.pt", exp)
+    bundle = _mla_bundle(tmp_path, synthetic_root, exp)
+    out_json = tmp_path / "metrics.json"
+    code = main(["evaluate", "--model", str(ckpt), "--bundle", str(bundle), "--data-root",
+                 str(synthetic_root["prostate"]), "--sites", "RUNMC", "--json", str(out_json)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "global RUNMC" in printed and "mla    RUNMC" in printed
+    assert "MLA attention weights at RUNMC (mean, from 12 images): BIDMC " in printed
+    saved = json.loads(out_json.read_text())
+    assert [r["model"] for r in saved["table"]] == ["global", "mla"]
+    assert all(math.isfinite(r[m]) for r in saved["table"] for m in ("dice", "hd95", "asd"))
+    assert sum(saved["mla_weights"]["RUNMC"]["weights"].values()) == pytest.approx(1.0)
+    # a hospital with the bundle alone
+    assert main(["evaluate", "--bundle", str(bundle), "--data-root", str(synthetic_root["prostate"]),
+                 "--sites", "RUNMC"]) == 0
+    assert "mla    RUNMC" in capsys.readouterr().out
+
+
+def test_evaluate_needs_a_model_or_a_bundle(tmp_path, synthetic_root, capsys):
+    assert main(["evaluate", "--data-root", str(synthetic_root["prostate"]), "--sites", "RUNMC"]) == 2
+    assert "--model" in capsys.readouterr().err
+    assert main(["evaluate", "--bundle", str(tmp_path), "--data-root", str(synthetic_root["prostate"]),
+                 "--sites", "RUNMC"]) == 2
+    assert "manifest.json is missing" in capsys.readouterr().err
+
+
+def test_simulate_opts_the_simulated_sites_in_for_jobs_that_keep_local_models(tmp_path):
+    from feddg.cli import job_keeps_local_models, opt_in_simulated_sites
+    from feddg.jobs import write_job
+
+    mla_job = write_job(tmp_path / "jobs", "prostate_mlabin")
+    plain_job = write_job(tmp_path / "jobs", "prostate_fedavg")
+    assert job_keeps_local_models(mla_job) and not job_keeps_local_models(plain_job)
+    assert opt_in_simulated_sites(plain_job, tmp_path / "ws1" / "local") is None
+    assert not (tmp_path / "ws1" / "local" / "feddg_site.json").exists()
+    path = opt_in_simulated_sites(mla_job, tmp_path / "ws2" / "local")
+    assert json.loads(path.read_text()) == {"share_local_model": True}
+    path.write_text('{"share_local_model": false}')  # the user's own file stays
+    assert opt_in_simulated_sites(mla_job, tmp_path / "ws2" / "local") is None
+    assert json.loads(path.read_text()) == {"share_local_model": False}

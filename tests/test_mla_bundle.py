@@ -236,3 +236,107 @@ def test_loading_does_not_advance_the_global_rng(bundle_dir):
     state = torch.get_rng_state()
     load_bundle(bundle_dir).model_for([1 / 3, 1 / 3, 1 / 3])
     assert torch.equal(torch.get_rng_state(), state)
+
+
+# ---------------------------------------------------------------------------------------------- payload form
+
+
+def test_payload_round_trip_keeps_every_part(bundle_dir, parts):
+    from feddg.mla_bundle import bundle_from_payload, bundle_to_payload
+
+    _, models, encoder, attention, images = parts
+    payload = bundle_to_payload(load_bundle(bundle_dir))
+    assert sorted(payload) == ["attention", "encoder", "local_models", "manifest"]
+    arrays = [*payload["encoder"].values(), *payload["attention"].values(),
+              *(v for sd in payload["local_models"].values() for v in sd.values())]
+    assert all(isinstance(v, np.ndarray) for v in arrays)  # plain data for an NVFlare task
+    json.dumps(payload["manifest"])
+    b = bundle_from_payload(payload)
+    assert b.path is None and b.sites == SITES and b.attention_mode == "mean"
+    assert all(_equal_states(b.local_states[s], models[s].state_dict()) for s in SITES)
+    assert _equal_states(b.encoder.state_dict(), encoder.state_dict())
+    assert _equal_states(b.attention.state_dict(), attention.state_dict())
+    np.testing.assert_array_equal(b.weights(images["HK"]), load_bundle(bundle_dir).weights(images["HK"]))
+
+
+def _payload_refused(message):
+    return pytest.raises(ValueError, match=re.escape("MLA bundle payload: ") + message)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda p: p.pop("encoder"), r"expected exactly the parts .* \(missing \['encoder'\]"),
+    (lambda p: p.update(images=np.zeros(3)), r"expected exactly the parts .* unexpected \['images'\]"),
+    (lambda p: p["local_models"].pop("UCL"), "no local model for site 'UCL'"),
+    (lambda p: p["local_models"].update(Mallory=p["local_models"]["HK"]),
+     r"local models of sites the manifest does not list: \['Mallory'\]"),
+    (lambda p: p["manifest"].update(format_version=2), "manifest.json: format_version 2 is not supported"),
+    (lambda p: p["manifest"].pop("sites"), "manifest.json: missing field 'sites'"),
+    (lambda p: p["local_models"]["HK"].pop("final_conv.bias"),
+     r"local models: state dicts disagree in keys: 'final_conv\.bias' is in model 0 \(BIDMC\) but not in model 1"),
+    (lambda p: p["local_models"]["HK"].update({"final_conv.weight": "weights"}),
+     "local model of site 'HK' is not a state dict of arrays"),
+    (lambda p: p["attention"].update({"fc2.weight": np.zeros((4, 64), np.float32)}),
+     r"the attention module outputs 4 domains"),
+    (lambda p: p["manifest"]["config"]["model"].update(bin_levels=2), "local models: the local models do not fit"),
+    (lambda p: p["manifest"]["encoder"].update(kind="pretrained"), "manifest.json: unknown encoder kind 'pretrained'"),
+])
+def test_payload_refusals_are_those_of_a_folder(bundle_dir, edit, message):
+    from feddg.mla_bundle import bundle_from_payload, bundle_to_payload
+
+    payload = bundle_to_payload(load_bundle(bundle_dir))
+    edit(payload)
+    with _payload_refused(message):
+        bundle_from_payload(payload)
+
+
+def test_payload_that_is_not_a_mapping():
+    from feddg.mla_bundle import bundle_from_payload
+
+    with _payload_refused("expected a mapping"):
+        bundle_from_payload([1, 2])
+
+
+# ---------------------------------------------------------------------------------------------- application
+
+
+def _labelled(images: np.ndarray, site: str):
+    from feddg.data.dataset import SliceSet
+
+    n = len(images)
+    labels = (images[:, :1] > 0.5).astype(np.uint8)
+    return SliceSet(site, images, labels, [f"c{i}" for i in range(n)], np.zeros(n, np.int64), None)
+
+
+def test_evaluate_with_bundle_scores_the_combination_of_the_weight_split(bundle_dir, parts):
+    from feddg.evaluation import evaluate_sliceset
+    from feddg.mla_bundle import evaluate_with_bundle
+
+    _, _, _, _, images = parts
+    b = load_bundle(bundle_dir)
+    val, test = _labelled(images["UCL"][:5], "UCL"), _labelled(images["UCL"][5:], "UCL")
+    metrics, info = evaluate_with_bundle(b, {"val": val, "test": test}, "val", torch.device("cpu"))
+    w = b.weights(val.images, "mean")
+    assert info["weights"] == pytest.approx(dict(zip(SITES, w))) and info["weights_from"] == "val"
+    assert info["n_images"] == 5 and info["mode"] == "mean"
+    expected = evaluate_sliceset(b.model_for(w), test, ("prostate",), torch.device("cpu"))["summary"]
+    assert metrics["test"] == expected  # the test split is scored with the val split's weights
+    per_image, info = evaluate_with_bundle(b, {"test": test}, "test", torch.device("cpu"), mode="per_image")
+    assert info["mode"] == "per_image"
+    assert info["weights"] == pytest.approx(dict(zip(SITES, b.weights(test.images, "per_image").mean(axis=0))))
+    assert per_image["test"]["prostate"]["n_cases"] == 5
+
+
+def test_per_image_mode_gives_each_image_its_own_model(bundle_dir, parts):
+    from feddg.evaluation import evaluate_sliceset, predict_logits, score_logits
+    from feddg.mla_bundle import evaluate_with_bundle
+
+    _, _, _, _, images = parts
+    b = load_bundle(bundle_dir)
+    mixed = _labelled(np.concatenate([images["BIDMC"][:2], images["UCL"][:2]]), "X")
+    rows = b.weights(mixed.images, "per_image")
+    logits = np.concatenate([predict_logits(b.model_for(rows[i]), mixed.images[i:i + 1], torch.device("cpu"))
+                             for i in range(4)])
+    metrics, _ = evaluate_with_bundle(b, {"test": mixed}, "test", torch.device("cpu"), mode="per_image")
+    assert metrics["test"] == score_logits(logits, mixed, ("prostate",))["summary"]
+    one_model = evaluate_sliceset(b.model_for(rows.mean(axis=0)), mixed, ("prostate",), torch.device("cpu"))
+    assert metrics["test"]["loss"] != one_model["summary"]["loss"]

@@ -2,7 +2,8 @@
 
     feddg check-data   check a site's data folder before joining (read-only)
     feddg synth        write the synthetic multi-site data set to a folder
-    feddg evaluate     score a saved global model on a data folder (Dice/HD95/ASD, optional PNG overlays)
+    feddg evaluate     score a saved global model and/or an MLA bundle on a data folder (Dice/HD95/ASD,
+                       optional PNG overlays)
     feddg segment      segment unlabeled NIfTI scans, masks written in each scan's own geometry
     feddg make-jobs    regenerate the job folders under jobs/ from the one template
     feddg simulate     run a job in NVFlare's simulator with the project's site policy installed
@@ -64,7 +65,12 @@ def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
 
     from feddg.flare.site_policy import install_resources
 
-    install_resources(Path(args.workspace) / "local")
+    local = Path(args.workspace) / "local"
+    install_resources(local)
+    opted_in = opt_in_simulated_sites(Path(args.job), local)
+    if opted_in is not None:
+        print(f"this job keeps the sites' local models for MLA; all simulated sites are yours, so {opted_in} opts "
+              f"them in (share_local_model: true)", flush=True)
     nvflare = shutil.which("nvflare")
     if nvflare is None:
         raise OSError("the nvflare command is not on PATH; install the requirements first")
@@ -74,13 +80,43 @@ def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
     return 1  # not reached
 
 
+def job_keeps_local_models(job: Path) -> bool:
+    """Whether any server app of the job folder runs a workflow with ``keep_local_models: true`` (MLA jobs)."""
+    for config in Path(job).glob("*/config/config_fed_server.json"):
+        try:
+            server = json.loads(config.read_text())
+        except (OSError, ValueError):
+            continue
+        if any(isinstance(w, dict) and (w.get("args") or {}).get("keep_local_models") is True
+               for w in server.get("workflows", [])):
+            return True
+    return False
+
+
+def opt_in_simulated_sites(job: Path, local_dir: Path) -> Path | None:
+    """In the simulator every site is the user's own: for a job that keeps local models, write
+    ``<workspace>/local/feddg_site.json`` with ``{"share_local_model": true}`` (the simulator copies the workspace's
+    ``local`` folder to every site) unless the workspace already has one. Returns the file written, or None."""
+    from feddg.flare.site_config import SITE_CONFIG_FILE
+
+    path = Path(local_dir) / SITE_CONFIG_FILE
+    if path.exists() or not job_keeps_local_models(job):
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"share_local_model": True}, indent=2) + "\n")
+    return path
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from feddg.inference import evaluate_folder
 
+    if args.model is None and args.bundle is None:
+        raise ValueError("give --model (a saved global model), --bundle (an MLA bundle folder) or both")
     return evaluate_folder(
-        model_path=Path(args.model), data_root=Path(args.data_root), sites=args.sites, layout=args.layout,
-        overlays_dir=Path(args.overlays) if args.overlays else None, json_path=Path(args.json) if args.json else None,
-        largest_component=args.largest_component,
+        model_path=Path(args.model) if args.model else None, data_root=Path(args.data_root), sites=args.sites,
+        layout=args.layout, overlays_dir=Path(args.overlays) if args.overlays else None,
+        json_path=Path(args.json) if args.json else None, largest_component=args.largest_component,
+        bundle_path=Path(args.bundle) if args.bundle else None,
     )
 
 
@@ -113,8 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, help="in-plane size in px; default: as the task's jobs")
     p.set_defaults(func=_cmd_synth)
 
-    p = sub.add_parser("evaluate", help="score a saved global model on a data folder")
-    p.add_argument("--model", required=True, help="a checkpoint saved by a job (FL_global_model.pt or best_...)")
+    p = sub.add_parser("evaluate", help="score a saved global model and/or an MLA bundle on a data folder")
+    p.add_argument("--model", help="a checkpoint saved by a job (FL_global_model.pt or best_...)")
+    p.add_argument("--bundle", help="an MLA bundle folder (mla_bundle/ in an MLA job's server run folder): the "
+                                    "attention-combined model is scored next to --model")
     p.add_argument("--data-root", required=True, help="folder with one sub-folder per site, in the model's layout")
     p.add_argument("--sites", nargs="+", required=True, help="site folder(s) to evaluate, each as an unseen site")
     p.add_argument("--layout", help="default: the layout the model was trained on")

@@ -69,7 +69,18 @@ def evaluate_sliceset(
     loss over images, the training loss) and ``n_images``; ``cases`` lists the per-unit metrics."""
     if len(s) == 0:
         raise ValueError(f"site {s.site}: nothing to evaluate (empty split)")
-    logits = predict_logits(model, s.images, device, batch_size)
+    return score_logits(predict_logits(model, s.images, device, batch_size), s, label_names, largest_component)
+
+
+def score_logits(
+    logits: np.ndarray, s: SliceSet, label_names: Sequence[str], largest_component: bool = False
+) -> dict[str, Any]:
+    """:func:`evaluate_sliceset` from logits (N, L, H, W) already predicted for ``s``'s images (by one model, or
+    by one model per image as MLA's ``per_image`` mode does)."""
+    if len(s) == 0:
+        raise ValueError(f"site {s.site}: nothing to evaluate (empty split)")
+    if logits.shape[0] != len(s):
+        raise ValueError(f"site {s.site}: {logits.shape[0]} predictions for {len(s)} images")
     loss = _loss(logits, s.labels)
     pred = logits > 0.0  # sigmoid(x) > 0.5
     gt = s.labels.astype(bool)

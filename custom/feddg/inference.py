@@ -48,34 +48,66 @@ def load_checkpoint(path: Path, device: torch.device | None = None) -> tuple[tor
 
 # ---------------------------------------------------------------------------------------------- evaluation
 def evaluate_folder(
-    model_path: Path,
+    model_path: Path | None,
     data_root: Path,
     sites: list[str],
     layout: str | None = None,
     overlays_dir: Path | None = None,
     json_path: Path | None = None,
     largest_component: bool = False,
+    bundle_path: Path | None = None,
 ) -> int:
-    """Score a saved model on every image of each site folder (each treated as an unseen site), print the
-    metrics table, optionally write PNG overlays and a JSON file. Returns a process exit code."""
+    """Score a saved global model (``model_path``), an MLA bundle (``bundle_path``) or both, side by side, on every
+    image of each site folder (each treated as an unseen site); print the metrics table, optionally write PNG
+    overlays (of the global model) and a JSON file. Returns a process exit code.
+
+    With a bundle, MLA's application phase runs on each site's images: the attention weights D^w come from the
+    site's own images (the bundle's mode, "mean" by default: one combined model per site), Eq. (4) combines the
+    local models, and the combination is scored like the global model (rows of model ``mla``)."""
+    from feddg.mla_bundle import evaluate_with_bundle, load_bundle
+
+    if model_path is None and bundle_path is None:
+        raise ValueError("nothing to evaluate: give --model, --bundle or both")
     device = select_device()
-    model, cfg = load_checkpoint(model_path, device)
-    rows, results = [], {}
+    model, cfg = load_checkpoint(model_path, device) if model_path is not None else (None, None)
+    bundle = load_bundle(bundle_path) if bundle_path is not None else None
+    rows, results, weights = [], {}, {}
     for site in sites:
-        site_cfg = dataclasses.replace(
-            cfg.data, root=str(data_root), layout=layout or cfg.data.layout, sites=[site], unseen_site=site
-        )
-        test = load_site(site_cfg, site)["test"]
-        out = evaluate_sliceset(model, test, cfg.data.label_names, device, cfg.eval.batch_size,
-                                largest_component or cfg.eval.largest_component)
-        results[site] = out
-        rows.extend(site_rows("given", site, "unseen", {"test": out["summary"]}, cfg.data.label_names))
-        if overlays_dir is not None:
-            logits = predict_logits(model, test.images, device, cfg.eval.batch_size)
-            write_overlays(test, logits > 0, overlays_dir / site)
+        loaded: dict = {}
+
+        def test_of(c: FedDGConfig) -> SliceSet:
+            site_cfg = dataclasses.replace(c.data, root=str(data_root), layout=layout or c.data.layout,
+                                           sites=[site], unseen_site=site)
+            key = repr(site_cfg)  # the global model and the bundle share the data when they share preprocessing
+            if key not in loaded:
+                loaded[key] = load_site(site_cfg, site)["test"]
+            return loaded[key]
+
+        if model is not None:
+            test = test_of(cfg)
+            out = evaluate_sliceset(model, test, cfg.data.label_names, device, cfg.eval.batch_size,
+                                    largest_component or cfg.eval.largest_component)
+            results[site] = out
+            rows.extend(site_rows("global", site, "unseen", {"test": out["summary"]}, cfg.data.label_names))
+            if overlays_dir is not None:
+                logits = predict_logits(model, test.images, device, cfg.eval.batch_size)
+                write_overlays(test, logits > 0, overlays_dir / site)
+        if bundle is not None:
+            bcfg = bundle.config
+            metrics, info = evaluate_with_bundle(
+                bundle, {"test": test_of(bcfg)}, "test", device, bcfg.eval.batch_size,
+                largest_component or bcfg.eval.largest_component,
+            )
+            weights[site] = info
+            rows.extend(site_rows("mla", site, "unseen", metrics, bcfg.data.label_names))
     print(format_table(rows))
+    for site, info in weights.items():
+        print(f"MLA attention weights at {site} ({info['mode']}, from {info['n_images']} images): "
+              + ", ".join(f"{s} {w:.3f}" for s, w in info["weights"].items()))
     if json_path is not None:
-        json_path.write_text(json.dumps({"model": str(model_path), "table": rows, "sites": results}, indent=2))
+        json_path.write_text(json.dumps({"model": str(model_path) if model_path else None,
+                                         "bundle": str(bundle_path) if bundle_path else None,
+                                         "table": rows, "sites": results, "mla_weights": weights}, indent=2))
     return 0
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,8 @@ from torch import nn
 
 import feddg
 from feddg.config import FedDGConfig, config_from_dict
+from feddg.data.dataset import SliceSet
+from feddg.evaluation import evaluate_sliceset, predict_logits, score_logits
 from feddg.jsonfile import write_json
 from feddg.methods.mla import (
     MODES,
@@ -60,7 +62,8 @@ REQUIRED_FIELDS = ("format", "format_version", "sites", "local_models", "config"
 
 def _state_dict(model: nn.Module | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     sd = model.state_dict() if isinstance(model, nn.Module) else model
-    return {k: v.detach().cpu().clone() for k, v in sd.items()}
+    return {k: v.detach().cpu().clone() if isinstance(v, torch.Tensor) else torch.from_numpy(np.array(v))
+            for k, v in sd.items()}
 
 
 def _config_dict(config: FedDGConfig | Mapping[str, Any]) -> dict[str, Any]:
@@ -82,7 +85,7 @@ def save_bundle(
     """Write a bundle folder (created if needed) and return its path.
 
     Args:
-        local_models: site -> its local model (module or state dict).
+        local_models: site -> its local model (module, or state dict of tensors or numpy arrays).
         encoder: the shared encoder the feature bank was computed with.
         attention: the trained DAM; its output i is ``site_order[i]``.
         config: the experiment configuration (a FedDGConfig or its ``to_dict()``); the network is built from it.
@@ -166,7 +169,7 @@ class MLABundle:
     """A loaded bundle (see :func:`load_bundle`).
 
     Attributes:
-        path: the bundle folder.
+        path: the bundle folder (None for a bundle received as a task payload, :func:`bundle_from_payload`).
         manifest: the parsed ``manifest.json``.
         sites: the K sites, in the attention module's output order.
         config: the experiment configuration (network, preprocessing).
@@ -176,7 +179,7 @@ class MLABundle:
         attention_mode: the manifest's default mode.
     """
 
-    path: Path
+    path: Path | None
     manifest: dict[str, Any]
     sites: list[str]
     config: FedDGConfig
@@ -216,7 +219,7 @@ class MLABundle:
         return self.model_for(w), w
 
 
-def _fail(path: Path, problem: str) -> ValueError:
+def _fail(path: Path | str, problem: str) -> ValueError:
     return ValueError(f"MLA bundle {path}: {problem}")
 
 
@@ -235,7 +238,7 @@ def _load_tensors(path: Path, rel: Any, what: str) -> dict[str, torch.Tensor]:
     return sd
 
 
-def _field(path: Path, entry: Any, name: str, where: str = "manifest.json") -> Any:
+def _field(path: Path | str, entry: Any, name: str, where: str = "manifest.json") -> Any:
     if not isinstance(entry, Mapping):
         raise _fail(path, f"{where}: expected an object, got {entry!r}")
     if name not in entry:
@@ -261,84 +264,231 @@ def load_bundle(path: str | os.PathLike) -> MLABundle:
         manifest = json.loads(mpath.read_text())
     except (OSError, ValueError) as e:
         raise _fail(path, f"cannot read {MANIFEST}: {e}") from e
+
+    def local(site: str, entry: Any) -> dict[str, torch.Tensor]:
+        return _load_tensors(path, entry, f"local model of site {site!r}")
+
+    def part(name: str, entry: Any) -> dict[str, torch.Tensor]:
+        what = {"encoder": "encoder", "attention": "attention module"}[name]
+        return _load_tensors(path, _field(path, entry, "file", f"manifest.json: {name}"), what)
+
+    return _assemble(path, path, manifest, local, part)
+
+
+def _assemble(
+    where: Path | str,
+    path: Path | None,
+    manifest: Any,
+    local: Callable[[str, Any], dict[str, torch.Tensor]],
+    part: Callable[[str, Any], dict[str, torch.Tensor]],
+) -> MLABundle:
+    """The checks of :func:`load_bundle` on a parsed manifest; ``local(site, manifest entry)`` and
+    ``part("encoder" | "attention", manifest entry)`` fetch the state dicts (from files or from a payload)."""
     if not isinstance(manifest, dict):
-        raise _fail(path, f"{MANIFEST} does not hold a JSON object")
+        raise _fail(where, f"{MANIFEST} does not hold a JSON object")
     for name in REQUIRED_FIELDS:
-        _field(path, manifest, name)
+        _field(where, manifest, name)
     if manifest["format"] != FORMAT:
-        raise _fail(path, f"manifest.json: format is {manifest['format']!r}, expected {FORMAT!r}")
+        raise _fail(where, f"manifest.json: format is {manifest['format']!r}, expected {FORMAT!r}")
     version = manifest["format_version"]
     if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
-        raise _fail(path, f"manifest.json: format_version {version!r} is not supported (this feddg reads up to "
-                          f"{FORMAT_VERSION})")
+        raise _fail(where, f"manifest.json: format_version {version!r} is not supported (this feddg reads up to "
+                           f"{FORMAT_VERSION})")
     sites = manifest["sites"]
     if not isinstance(sites, list) or not sites or len(set(sites)) != len(sites):
-        raise _fail(path, f"manifest.json: 'sites' must be a non-empty list of distinct names, got {sites!r}")
+        raise _fail(where, f"manifest.json: 'sites' must be a non-empty list of distinct names, got {sites!r}")
     mode = manifest["attention_mode"]
     if mode not in MODES:
-        raise _fail(path, f"manifest.json: attention_mode must be one of {list(MODES)}, got {mode!r}")
+        raise _fail(where, f"manifest.json: attention_mode must be one of {list(MODES)}, got {mode!r}")
     try:
         cfg = config_from_dict(manifest["config"])
     except (ValueError, TypeError) as e:
-        raise _fail(path, f"manifest.json: invalid 'config': {e}") from e
+        raise _fail(where, f"manifest.json: invalid 'config': {e}") from e
 
     files = manifest["local_models"]
     if not isinstance(files, dict):
-        raise _fail(path, "manifest.json: 'local_models' must map each site to its file")
+        raise _fail(where, "manifest.json: 'local_models' must map each site to its file")
     states = {}
     for site in sites:
         if site not in files:
-            raise _fail(path, f"manifest.json: 'local_models' lists no file for site {site!r}")
-        states[site] = _load_tensors(path, files[site], f"local model of site {site!r}")
+            raise _fail(where, f"manifest.json: 'local_models' lists no file for site {site!r}")
+        states[site] = local(site, files[site])
     try:
         _check_models([states[s] for s in sites], sites, cfg)
     except ValueError as e:
-        raise _fail(path, f"local models: {e}") from None
+        raise _fail(where, f"local models: {e}") from None
 
     enc_entry = manifest["encoder"]
-    kind = _field(path, enc_entry, "kind", "manifest.json: encoder")
-    enc_sd = _load_tensors(path, _field(path, enc_entry, "file", "manifest.json: encoder"), "encoder")
+    kind = _field(where, enc_entry, "kind", "manifest.json: encoder")
+    enc_sd = part("encoder", enc_entry)
     if kind == RandomEncoder.kind:
-        hp = {k: _field(path, enc_entry, k, "manifest.json: encoder") for k in ("in_channels", "seed", "width",
-                                                                                  "depth")}
+        hp = {k: _field(where, enc_entry, k, "manifest.json: encoder") for k in ("in_channels", "seed", "width",
+                                                                                   "depth")}
         try:
             encoder: nn.Module = RandomEncoder(**hp)
         except (TypeError, ValueError) as e:
-            raise _fail(path, f"manifest.json: invalid random encoder entry {hp}: {e}") from None
+            raise _fail(where, f"manifest.json: invalid random encoder entry {hp}: {e}") from None
         regenerated = encoder.state_dict()
         if regenerated.keys() == enc_sd.keys() and not all(
             regenerated[k].shape == enc_sd[k].shape and torch.equal(regenerated[k], enc_sd[k]) for k in enc_sd
         ):
-            warnings.warn(f"MLA bundle {path}: the random encoder's seed {hp['seed']} regenerates different weights "
-                          f"on this machine (another torch version?); using the bundle's stored weights",
-                          stacklevel=2)
+            warnings.warn(f"MLA bundle {where}: the random encoder's seed {hp['seed']} regenerates different "
+                          f"weights on this machine (another torch version?); using the bundle's stored weights",
+                          stacklevel=3)
     elif kind == GlobalModelEncoder.kind:
         encoder = GlobalModelEncoder(_build(cfg))
     else:
-        raise _fail(path, f"manifest.json: unknown encoder kind {kind!r}")
+        raise _fail(where, f"manifest.json: unknown encoder kind {kind!r}")
     try:
         encoder.load_state_dict(enc_sd)
     except RuntimeError as e:
-        raise _fail(path, f"encoder.pt does not fit the {kind} encoder: {e}") from None
+        raise _fail(where, f"encoder.pt does not fit the {kind} encoder: {e}") from None
     encoder.eval()
 
     att_entry = manifest["attention"]
-    hp = {k: _field(path, att_entry, k, "manifest.json: attention") for k in ("in_features", "num_sites",
-                                                                               "conv_channels", "hidden")}
-    att_sd = _load_tensors(path, _field(path, att_entry, "file", "manifest.json: attention"), "attention module")
+    hp = {k: _field(where, att_entry, k, "manifest.json: attention") for k in ("in_features", "num_sites",
+                                                                                "conv_channels", "hidden")}
+    att_sd = part("attention", att_entry)
     out = att_sd.get("fc2.weight")
     if out is None:
-        raise _fail(path, "the attention module's state dict has no 'fc2.weight' (not a DomainAttention)")
+        raise _fail(where, "the attention module's state dict has no 'fc2.weight' (not a DomainAttention)")
     if out.shape[0] != len(sites) or hp["num_sites"] != len(sites):
-        raise _fail(path, f"the attention module outputs {out.shape[0]} domains (manifest: {hp['num_sites']}) but "
-                          f"the bundle has {len(sites)} sites {sites}")
+        raise _fail(where, f"the attention module outputs {out.shape[0]} domains (manifest: {hp['num_sites']}) but "
+                           f"the bundle has {len(sites)} sites {sites}")
     try:
         attention = DomainAttention(**hp)
         attention.load_state_dict(att_sd)
     except (RuntimeError, TypeError, ValueError) as e:
-        raise _fail(path, f"attention.pt does not fit the manifest's attention sizes {hp}: {e}") from None
+        raise _fail(where, f"attention.pt does not fit the manifest's attention sizes {hp}: {e}") from None
     attention.eval()
     if getattr(encoder, "out_features", None) != attention.in_features:
-        raise _fail(path, f"the encoder gives {getattr(encoder, 'out_features', None)} features but the attention "
-                          f"module takes {attention.in_features}")
+        raise _fail(where, f"the encoder gives {getattr(encoder, 'out_features', None)} features but the attention "
+                           f"module takes {attention.in_features}")
     return MLABundle(path, manifest, list(sites), cfg, states, encoder, attention, mode)
+
+
+# ---------------------------------------------------------------------------------------------- payload form
+
+PAYLOAD_KEYS = ("manifest", "local_models", "encoder", "attention")
+
+
+def _arrays(sd: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().copy() for k, v in sd.items()}
+
+
+def bundle_to_payload(bundle: MLABundle) -> dict[str, Any]:
+    """The bundle as plain data for an NVFlare task (numpy arrays, strings, numbers; no files, no code)::
+
+        {"manifest": the manifest (JSON-able), "local_models": {site: {key: array}},
+         "encoder": {key: array}, "attention": {key: array}}
+
+    :func:`bundle_from_payload` reverses it with the same checks as :func:`load_bundle`.
+    """
+    return {
+        "manifest": json.loads(json.dumps(bundle.manifest)),
+        "local_models": {site: _arrays(bundle.local_states[site]) for site in bundle.sites},
+        "encoder": _arrays(bundle.encoder.state_dict()),
+        "attention": _arrays(bundle.attention.state_dict()),
+    }
+
+
+def _payload_tensors(where: str, sd: Any, what: str) -> dict[str, torch.Tensor]:
+    if not isinstance(sd, Mapping) or not sd or not all(
+        isinstance(k, str) and isinstance(v, (np.ndarray, np.generic)) for k, v in sd.items()
+    ):
+        raise _fail(where, f"{what} is not a state dict of arrays")
+    try:
+        return {k: torch.from_numpy(np.array(v)) for k, v in sd.items()}
+    except TypeError as e:
+        raise _fail(where, f"{what}: {e}") from None
+
+
+def bundle_from_payload(payload: Any, where: str = "payload") -> MLABundle:
+    """The bundle of :func:`bundle_to_payload`, checked as :func:`load_bundle` checks a folder.
+
+    Raises:
+        ValueError, starting with "MLA bundle payload:" and naming the problem (the same refusals as
+        :func:`load_bundle`, plus a payload that lacks one of its four parts or holds something else than arrays).
+    """
+    if not isinstance(payload, Mapping):
+        raise _fail(where, f"expected a mapping with {list(PAYLOAD_KEYS)}, got {type(payload).__name__}")
+    missing = [k for k in PAYLOAD_KEYS if k not in payload]
+    extra = sorted(str(k) for k in payload if k not in PAYLOAD_KEYS)
+    if missing or extra:
+        raise _fail(where, f"expected exactly the parts {list(PAYLOAD_KEYS)} (missing {missing}, unexpected {extra})")
+    models = payload["local_models"]
+    if not isinstance(models, Mapping):
+        raise _fail(where, "'local_models' must map each site to its state dict")
+
+    def local(site: str, _entry: Any) -> dict[str, torch.Tensor]:
+        if site not in models:
+            raise _fail(where, f"no local model for site {site!r}")
+        return _payload_tensors(where, models[site], f"local model of site {site!r}")
+
+    def part(name: str, _entry: Any) -> dict[str, torch.Tensor]:
+        what = {"encoder": "encoder", "attention": "attention module"}[name]
+        return _payload_tensors(where, payload[name], what)
+
+    manifest = payload["manifest"]
+    if isinstance(manifest, Mapping) and isinstance(manifest.get("sites"), list):
+        unexpected = sorted(str(s) for s in models if s not in manifest["sites"])
+        if unexpected:
+            raise _fail(where, f"local models of sites the manifest does not list: {unexpected}")
+    return _assemble(where, None, manifest, local, part)
+
+
+# ---------------------------------------------------------------------------------------------- application
+
+
+def evaluate_with_bundle(
+    bundle: MLABundle,
+    splits: Mapping[str, SliceSet],
+    weight_split: str,
+    device: torch.device,
+    batch_size: int = 16,
+    largest_component: bool = False,
+    mode: str | None = None,
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """MLA's application phase at one site, scored with the project's metric code (as the ``evaluate`` task does).
+
+    Args:
+        bundle: the MLA bundle.
+        splits: split name -> the site's images of that split (non-empty), e.g. {"val": ..., "test": ...}.
+        weight_split: the split whose images give the attention weights D^w (an unseen site: "test"; a training
+            site: "val"). In ``"mean"`` mode one combined model, from the mean per-image softmax over these images,
+            is scored on every split. In ``"per_image"`` mode each image gets the model of its own D^w, and the
+            reported weights are the mean over ``weight_split``'s images.
+        mode: "mean" or "per_image"; None: the bundle's default.
+
+    Returns:
+        ({split: summary}, info): the summaries are :func:`~feddg.evaluation.evaluate_sliceset`'s; info holds
+        ``weights`` {site: D^w_i}, ``weights_from`` (the split), ``n_images`` (images that gave the weights) and
+        ``mode``.
+    """
+    mode = mode or bundle.attention_mode
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {list(MODES)}, got {mode!r}")
+    if weight_split not in splits or len(splits[weight_split]) == 0:
+        raise ValueError(f"no {weight_split!r} images to compute the attention weights from")
+    label_names = bundle.config.data.label_names
+    weight_images = splits[weight_split].images
+    metrics: dict[str, dict[str, Any]] = {}
+    if mode == "mean":
+        w = bundle.weights(weight_images, "mean")
+        model = bundle.model_for(w).to(device)
+        for name, s in splits.items():
+            metrics[name] = evaluate_sliceset(model, s, label_names, device, batch_size, largest_component)["summary"]
+    else:
+        w = bundle.weights(weight_images, "per_image").mean(axis=0)
+        states = [bundle.local_states[site] for site in bundle.sites]
+        model = _build(bundle.config).to(device).eval()
+        for name, s in splits.items():
+            per_image = bundle.weights(s.images, "per_image")
+            logits = []
+            for i in range(len(s)):
+                model.load_state_dict(combine_state_dicts(states, per_image[i], labels=bundle.sites))
+                logits.append(predict_logits(model, s.images[i : i + 1], device, batch_size))
+            metrics[name] = score_logits(np.concatenate(logits), s, label_names, largest_component)["summary"]
+    info = {"weights": {site: float(v) for site, v in zip(bundle.sites, w)}, "weights_from": weight_split,
+            "n_images": int(len(weight_images)), "mode": mode}
+    return metrics, info

@@ -5,10 +5,12 @@ Pure functions over dictionaries; the server workflow and the standalone evaluat
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import platform
 from importlib import metadata
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 
 def software_versions() -> dict[str, str]:
@@ -36,6 +38,47 @@ def site_rows(
                 "n": m["n_cases"], "empty_pred": m["empty_pred"], "empty_gt": m["empty_gt"],
                 "unit": summary["unit"],
             }
+
+
+def evaluation_rows(
+    evaluations: Mapping[str, dict[str, Any]], site_order: Sequence[str], label_names: Sequence[str]
+) -> list[dict[str, Any]]:
+    """The table rows of several models' evaluations ({model: {"sites": {site: {"role", "splits"}}}}): model by
+    model, sites in ``site_order``."""
+    rows: list[dict[str, Any]] = []
+    for name, evaluation in evaluations.items():
+        for site in site_order:
+            entry = evaluation["sites"].get(site)
+            if entry:
+                rows.extend(site_rows(name, site, entry["role"], entry["splits"], label_names))
+    return rows
+
+
+def compare_models(rows: Sequence[dict[str, Any]], site: str, split: str, models: Sequence[str]) -> list[str]:
+    """One line per structure: Dice, HD95 and ASD of each of ``models`` side by side at one site and split
+    (models without a row there are left out)."""
+    lines = []
+    structures = list(dict.fromkeys(r["structure"] for r in rows if r["site"] == site and r["split"] == split))
+    for structure in structures:
+        found = {r["model"]: r for r in rows
+                 if r["site"] == site and r["split"] == split and r["structure"] == structure}
+        present = [m for m in models if m in found]
+        if not present:
+            continue
+        unit = found[present[0]]["unit"]
+        parts = [f"{metric} " + " / ".join(f"{m} {found[m][key]:.{digits}f}" for m in present)
+                 for metric, key, digits in (("Dice", "dice", 3), (f"HD95 ({unit})", "hd95", 2),
+                                             (f"ASD ({unit})", "asd", 2))]
+        lines.append(f"{site} {split} {structure}: " + "; ".join(parts))
+    return lines
+
+
+def write_report(path: str | os.PathLike, report: Mapping[str, Any]) -> None:
+    """Write the JSON report atomically (a sibling temporary file renamed into place); NaN is refused."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=2, allow_nan=False, default=float)
+    os.replace(tmp, path)
 
 
 def format_table(rows: Sequence[dict[str, Any]]) -> str:

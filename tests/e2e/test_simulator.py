@@ -158,3 +158,31 @@ def test_prostate_elcfs_ga(tmp_path, synthetic_root):
     assert _bank_sites(ws, "UCL") == ["BIDMC", "BMC", "HK", "I2CVB"]
     history = json.loads((ws / "server" / "simulate_job" / "ga_weights.json").read_text())["history"]
     assert len(history[1]["gaps"]) == 5  # ELCFS local training still reports GA's generalization gaps
+
+
+def test_prostate_mlabin_keeps_local_models_builds_the_bundle_and_scores_mla(tmp_path, synthetic_root):
+    from feddg.mla_bundle import load_bundle
+
+    exp = tiny_experiment("prostate", root=str(synthetic_root["prostate"]), rounds=1)
+    exp["mla"] = {"attention_epochs": 5}
+    job = write_job(tmp_path / "jobs", "prostate_mlabin", exp)
+    ws = tmp_path / "ws"
+    result = run_job(job, ws, "-t", "6")
+    sites = ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"]
+    report = check_run(result, ws, sites, "RUNMC", ["prostate"], 1)
+    train_sites = [s for s in sites if s != "RUNMC"]
+    assert "opts them in (share_local_model: true)" in result.stdout
+    run = ws / "server" / "simulate_job"
+    assert sorted(json.loads((run / "mla_local_models" / "index.json").read_text())["sites"]) == train_sites
+    bundle = load_bundle(run / "mla_bundle")
+    assert bundle.sites == train_sites and bundle.config.model.bin_levels == 3
+    assert report["mla"]["skipped"] is None and report["mla"]["sites"] == train_sites
+    assert 0.0 <= report["mla"]["attention_accuracy"] <= 1.0
+    assert sorted(report["models"]["mla"]["sites"]) == sites
+    unseen = report["models"]["mla"]["sites"]["RUNMC"]
+    assert unseen["role"] == "unseen" and list(unseen["splits"]) == ["test"]
+    for metric in ("dice", "hd95", "asd"):
+        assert math.isfinite(unseen["splits"]["test"]["prostate"][metric]["mean"])
+    assert sum(report["mla"]["attention_weights"]["RUNMC"]["weights"].values()) == pytest.approx(1.0)
+    assert any(r["model"] == "mla" and r["site"] == "RUNMC" for r in report["table"])
+    assert "MLA at the unseen site RUNMC" in result.stdout

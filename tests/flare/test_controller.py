@@ -94,3 +94,93 @@ def test_best_model_follows_the_mean_validation_dice_of_the_received_model(tmp_p
     ctl._run_round(sent, SITES, 3, cfg)
     assert ctl._best["round"] == 0 and ctl._best["score"] == pytest.approx(0.4)
     np.testing.assert_allclose(ctl._best["params"]["w"], [0.0, 0.0])  # the model the sites scored, not the new one
+
+
+# ---------------------------------------------------------------------- local models kept for MLA
+def _keeping_controller(tmp_path, results, keep=True, num_rounds=1):
+    """A controller whose broadcast behaves as NVFlare's: with a callback, each result goes through it."""
+    ctl, cfg = _controller(tmp_path, results, min_sites=1)
+    ctl.keep_local_models = keep
+    ctl.num_rounds = num_rounds
+
+    def broadcast_model(callback=None, **_):
+        ctl._results = []
+        for result in results:
+            if callback is not None:
+                callback(result)
+            else:
+                ctl._results.append(result)
+        out, ctl._results = ctl._results, []
+        return out
+
+    ctl.broadcast_model = broadcast_model
+    return ctl, cfg
+
+
+def _shared(site, value, **kw):
+    u = _update(site, value, **kw)
+    u.meta[FedDGMeta.SHARE_LOCAL_MODEL] = True
+    return u
+
+
+def _store(tmp_path):
+    from feddg.flare.local_models import LOCAL_MODELS_DIR, LocalModelStore
+
+    return LocalModelStore(tmp_path / "ws" / "server" / "job1" / LOCAL_MODELS_DIR)
+
+
+def test_the_final_round_keeps_the_local_models_of_opted_in_sites_only(tmp_path, caplog):
+    import torch
+
+    ctl, cfg = _keeping_controller(tmp_path, [_shared("A", 1.0), _update("B", 2.0), _shared("C", 3.0, n=30)])
+    with caplog.at_level(logging.INFO):
+        model = ctl._run_round(_global(), SITES, 1, cfg)
+    np.testing.assert_allclose(model.params["w"], [2.4, 2.4])  # B still trains with everyone: (10+20+90)/50
+    store = _store(tmp_path)
+    assert store.sites() == ["A", "C"] and store.declined() == ["B"]
+    assert torch.equal(store.load("C")["w"], torch.full((2,), 3.0))
+    assert store.load("A")["n"].dtype == torch.int64
+    assert store.index()["sites"]["C"]["num_train_samples"] == 30
+    line = next(r.getMessage() for r in caplog.records if "site B did not opt in" in r.getMessage())
+    assert "MLA will leave B out" in line and '"share_local_model": true in its own local/feddg_site.json' in line
+
+
+def test_a_weight_diff_update_is_kept_as_received_global_plus_difference(tmp_path):
+    import torch
+    from nvflare.app_common.abstract.fl_model import ParamsType
+
+    diff = _shared("A", 0.5)
+    diff.params_type = ParamsType.DIFF
+    diff.params["n"] = np.array(2, np.int64)
+    ctl, cfg = _keeping_controller(tmp_path, [diff, _shared("B", 0.5)])
+    sent = _global()
+    sent.params["w"] = np.array([1.0, 2.0], np.float32)
+    sent.params["n"] = np.array(5, np.int64)
+    ctl._run_round(sent, SITES, 1, cfg)
+    kept = _store(tmp_path).load("A")
+    assert torch.equal(kept["w"], torch.tensor([1.5, 2.5])) and kept["w"].dtype == torch.float32
+    assert int(kept["n"]) == 7 and kept["n"].dtype == torch.int64
+
+
+def test_rejected_updates_and_earlier_rounds_are_not_kept(tmp_path):
+    ctl, cfg = _keeping_controller(tmp_path, [_shared("A", 1.0), _shared("B", np.nan), _shared("C", 1.0)],
+                                   num_rounds=2)
+    ctl._run_round(_global(), SITES, 1, cfg)  # round 0 of 2: not the final round
+    assert _store(tmp_path).sites() == []
+    ctl.current_round = 1
+    ctl._run_round(_global(), SITES, 1, cfg)
+    assert _store(tmp_path).sites() == ["A", "C"]  # B's NaN update is rejected, so it is not kept either
+
+
+def test_an_update_the_aggregator_refuses_is_forgotten(tmp_path):
+    no_count = _shared("B", 1.0)
+    del no_count.meta[FedDGMeta.NUM_TRAIN_SAMPLES]  # SampleSizeAggregator refuses it
+    ctl, cfg = _keeping_controller(tmp_path, [_shared("A", 1.0), no_count])
+    ctl._run_round(_global(), SITES, 1, cfg)
+    assert _store(tmp_path).sites() == ["A"]
+
+
+def test_without_keep_local_models_nothing_is_kept(tmp_path):
+    ctl, cfg = _keeping_controller(tmp_path, [_shared("A", 1.0), _shared("B", 1.0)], keep=False)
+    model = ctl._run_round(_global(), SITES, 1, cfg)
+    assert model is not None and not (tmp_path / "ws" / "server" / "job1" / "mla_local_models").exists()

@@ -76,10 +76,16 @@ class AmplitudeWindowFilter(Filter):
         return shareable
 
     def _outgoing(self, fl_ctx: FLContext) -> bool:
-        direction = fl_ctx.get_prop(FLContextKey.FILTER_DIRECTION)
-        if direction in (FilterKey.OUT, FilterKey.IN):
-            return direction == FilterKey.OUT
-        chain = self.get_prop(FilterContextKey.CHAIN_TYPE)
-        if chain in (FilterChainType.TASK_RESULT_CHAIN, FilterChainType.TASK_DATA_CHAIN):
-            return chain == FilterChainType.TASK_RESULT_CHAIN
-        raise ContentBlockedException("AmplitudeWindowFilter cannot tell whether it filters task data or results")
+        return filters_outgoing(self, fl_ctx)
+
+
+def filters_outgoing(flt: Filter, fl_ctx: FLContext) -> bool:
+    """True when ``flt`` runs on a task result leaving the site, False on task data arriving; a filter that cannot
+    tell blocks (ContentBlockedException) rather than guess."""
+    direction = fl_ctx.get_prop(FLContextKey.FILTER_DIRECTION)
+    if direction in (FilterKey.OUT, FilterKey.IN):
+        return direction == FilterKey.OUT
+    chain = flt.get_prop(FilterContextKey.CHAIN_TYPE)
+    if chain in (FilterChainType.TASK_RESULT_CHAIN, FilterChainType.TASK_DATA_CHAIN):
+        return chain == FilterChainType.TASK_RESULT_CHAIN
+    raise ContentBlockedException(f"{type(flt).__name__} cannot tell whether it filters task data or results")

@@ -8,7 +8,8 @@ training sites named in ``feddg.yaml`` only, with a per-round minimum of sites a
 Over the wire:
   * ``train`` task: the global weights (DXO WEIGHTS). Result: the site's weights, or weight differences, with
     metadata ``num_train_samples``, ``val_dice``/``val_loss`` of the *received* model on the site's validation
-    split, and ``train_loss``.
+    split, and ``train_loss``; in MLA jobs also ``share_local_model: true`` from sites that opted in, whose final
+    local model the server then keeps (``keep_local_models``).
   * ``evaluate`` task: a model's weights with metadata ``model_name`` and ``model_round``. Result: DXO METRICS,
     one summary (Dice/HD95/ASD per structure, mean and std) per split of the site's data.
 
@@ -18,12 +19,12 @@ Best model: the global model with the highest mean validation Dice over the trai
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from typing import Any
 
+import numpy as np
 from nvflare.apis.analytix import AnalyticsDataType
 from nvflare.apis.utils.analytix_utils import create_analytic_dxo, send_analytic_dxo
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
@@ -37,8 +38,11 @@ from feddg.config import FedDGConfig
 from feddg.evaluation import mean_dice
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
+from feddg.flare.local_models import LOCAL_MODELS_DIR, LocalModelStore
 from feddg.flare.updates import UpdateRejected, check_update
-from feddg.report import format_table, mean_of, site_rows, software_versions
+from feddg.report import evaluation_rows, format_table, mean_of, software_versions, write_report
+
+OPT_IN_HINT = 'to opt in, the site sets "share_local_model": true in its own local/feddg_site.json'
 
 
 class LeaveOneSiteOutFedAvg(BaseFedAvg):
@@ -52,6 +56,11 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         start_round: first round to run, to resume a job from a checkpoint.
         eval_timeout: seconds to wait for the evaluation results.
         report_file: name of the JSON report written in the server's run folder.
+        keep_local_models: MLA: in the final round, store the local model of every training site whose update
+            carries ``share_local_model: true`` (set by the site's executor from the site's own
+            ``local/feddg_site.json``; a job cannot opt a site in) in ``<run folder>/mla_local_models/``
+            (:class:`feddg.flare.local_models.LocalModelStore`), each as soon as it arrives. A WEIGHT_DIFF update
+            is stored as received global model + difference. Sites that did not opt in are named in the log.
     """
 
     def __init__(
@@ -62,12 +71,14 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         start_round: int = 0,
         eval_timeout: int = 3600,
         report_file: str = "feddg_report.json",
+        keep_local_models: bool = False,
     ):
         super().__init__(persistor_id=persistor_id, start_round=start_round)
         self.config_file = config_file
         self.aggregator_id = aggregator_id
         self.eval_timeout = eval_timeout
         self.report_file = report_file
+        self.keep_local_models = keep_local_models
         self.aggregator: ModelAggregator | None = None
         self._best: dict[str, Any] = {"round": None, "score": -math.inf, "params": None}
         self._history: list[dict[str, Any]] = []
@@ -123,9 +134,11 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             self.aggregator.fl_ctx.set_prop(AppConstants.CURRENT_ROUND, r, private=True, sticky=False)
         self.event(AppEventType.ROUND_STARTED)
         timeout = cfg.train.task_timeout
+        keep = self.keep_local_models and r == self.num_rounds - 1
         results = self.broadcast_model(
             data=model, task_name=FedDGTask.TRAIN, targets=train_sites, min_responses=min_sites,
             timeout=timeout, wait_time_after_min_received=timeout,
+            callback=self._local_model_keeper(r, dict(model.params)) if keep else None,
         )
         self.aggregator.reset_stats()
         accepted, val_dice, train_loss = [], {}, {}
@@ -136,6 +149,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
                 self.aggregator.accept_model(result)
             except (UpdateRejected, ValueError) as e:
                 self.error(f"round {r}: update from site {site} rejected: {e}")
+                if keep:
+                    self._local_models().discard(site)
                 continue
             accepted.append(site)
             for key, store in ((FedDGMeta.VAL_DICE, val_dice), (FedDGMeta.TRAIN_LOSS, train_loss)):
@@ -167,6 +182,45 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         model.params = {k: _like(v, sent[k]) for k, v in model.params.items()}
         self.save_model(model)
         return model
+
+    # ------------------------------------------------------------------ local models for MLA
+    def _local_models(self) -> LocalModelStore:
+        return LocalModelStore(os.path.join(self.get_run_dir(), LOCAL_MODELS_DIR))
+
+    def _local_model_keeper(self, r: int, sent: dict):
+        """The per-result callback of the final round: it stores each opted-in site's local model the moment the
+        result arrives (so a restart of the server does not lose it) and hands the result on as usual."""
+        store = self._local_models()
+
+        def keep(result: FLModel) -> bool:
+            # With a callback, NVFlare's blocking broadcast_model returns only what the callback collects into
+            # its internal result list; collect it there, so the round sees every result as without a callback.
+            self._results.append(result)
+            try:
+                self._keep_local_model(store, result, r, sent)
+            except Exception as e:  # a failed copy must not cost the round its update
+                self.error(f"round {r}: could not keep the local model of site "
+                           f"{result.meta.get('client_name', '?')} for MLA: {type(e).__name__}: {e}")
+            return True
+
+        return keep
+
+    def _keep_local_model(self, store: LocalModelStore, result: FLModel, r: int, sent: dict) -> None:
+        site = result.meta.get("client_name", "?")
+        if result.meta.get(FedDGMeta.SHARE_LOCAL_MODEL) is not True:
+            store.decline(site)
+            self.info(f"round {r}: site {site} did not opt in to share its local model, so the server does not "
+                      f"keep it and MLA will leave {site} out ({OPT_IN_HINT})")
+            return
+        try:
+            check_update(result.params, sent)
+        except UpdateRejected:
+            return  # the round rejects it and says why
+        params = result.params
+        if result.params_type == ParamsType.DIFF:
+            params = {k: _like(np.asarray(sent[k]) + np.asarray(v), sent[k]) for k, v in params.items()}
+        path = store.save(site, params, r, result.meta.get(FedDGMeta.NUM_TRAIN_SAMPLES))
+        self.info(f"round {r}: kept the local model of site {site} for MLA ({path})")
 
     # ------------------------------------------------------------------ best model
     def _consider_best(self, rounds_trained: int, params: dict, score: float) -> None:
@@ -216,13 +270,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
 
     # ------------------------------------------------------------------ report
     def _write_report(self, cfg: FedDGConfig, evaluations: dict[str, dict], wall_time: float) -> None:
-        rows = []
-        order = [*cfg.data.train_sites, cfg.data.unseen_site]
-        for name, evaluation in evaluations.items():
-            for site in order:
-                entry = evaluation["sites"].get(site)
-                if entry:
-                    rows.extend(site_rows(name, site, entry["role"], entry["splits"], cfg.data.label_names))
+        rows = evaluation_rows(evaluations, [*cfg.data.train_sites, cfg.data.unseen_site], cfg.data.label_names)
         report = {
             "task": cfg.data.task,
             "train_sites": cfg.data.train_sites,
@@ -240,24 +288,32 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             "wall_time_s": round(wall_time, 1),
         }
         path = os.path.join(self.get_run_dir(), self.report_file)
-        with open(path, "w") as f:
-            json.dump(report, f, indent=2, allow_nan=False, default=float)
-        for row in rows:
-            if row["role"] == "unseen" or row["split"] == "val":
-                for metric in ("dice", "hd95", "asd"):
-                    self._stream(f"{row['model']}/{row['site']}/{row['split']}/{row['structure']}_{metric}",
-                                 row[metric], self.num_rounds)
+        write_report(path, report)
+        stream_rows(self, self.fl_ctx, rows, self.num_rounds)
         table = format_table(rows)
         self.info(f"leave-one-site-out report (also in {path}):\n{table}")
         print(f"\nFedDG leave-one-site-out report, unseen site {cfg.data.unseen_site} "
               f"(best = after {self._best['round']} rounds; JSON: {path})\n{table}\n", flush=True)
 
     def _stream(self, tag: str, value: float, step: int) -> None:
-        """Send a scalar to TensorBoard through NVFlare's analytics (the server's TBAnalyticsReceiver)."""
-        if value is None or not math.isfinite(value):
-            return
-        dxo = create_analytic_dxo(tag=tag, value=float(value), data_type=AnalyticsDataType.SCALAR, global_step=step)
-        send_analytic_dxo(self, dxo=dxo, fl_ctx=self.fl_ctx)
+        stream_scalar(self, self.fl_ctx, tag, value, step)
+
+
+def stream_scalar(component, fl_ctx, tag: str, value: float, step: int) -> None:
+    """Send a scalar to TensorBoard through NVFlare's analytics (the server's TBAnalyticsReceiver)."""
+    if value is None or not math.isfinite(value):
+        return
+    dxo = create_analytic_dxo(tag=tag, value=float(value), data_type=AnalyticsDataType.SCALAR, global_step=step)
+    send_analytic_dxo(component, dxo=dxo, fl_ctx=fl_ctx)
+
+
+def stream_rows(component, fl_ctx, rows, step: int) -> None:
+    """The report rows of the unseen site and of the validation splits, as TensorBoard scalars."""
+    for row in rows:
+        if row["role"] == "unseen" or row["split"] == "val":
+            for metric in ("dice", "hd95", "asd"):
+                stream_scalar(component, fl_ctx, f"{row['model']}/{row['site']}/{row['split']}/"
+                                                 f"{row['structure']}_{metric}", row[metric], step)
 
 
 def _like(value, reference):

@@ -182,6 +182,7 @@ class FedDGExecutor(Executor):
         write_json(os.path.join(state_dir, "state.json"), state)
         meta[FedDGMeta.TRAIN_LOSS] = result.mean_loss
         meta[MetaKey.NUM_STEPS_CURRENT_ROUND] = result.steps
+        meta.update(self._extra_train_meta(fl_ctx))
         self._stream(fl_ctx, "train_loss", result.mean_loss, current_round)
         for tag, value in result.extra.items():
             self._stream(fl_ctx, tag, value, current_round)
@@ -203,6 +204,10 @@ class FedDGExecutor(Executor):
         t = self._cfg.train
         return train_epochs(model, loader, optimizer, t.local_epochs, self._device, t.fedprox_mu, global_model,
                             t.local_steps)
+
+    def _extra_train_meta(self, fl_ctx: FLContext) -> dict[str, Any]:
+        """Metadata a method adds to the training result (none here)."""
+        return {}
 
     def _state_dir(self, fl_ctx: FLContext) -> str:
         run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(fl_ctx.get_job_id())

@@ -1,0 +1,138 @@
+"""FeatureMatrixFilter with real Shareables, DXOs and FLContexts: only the declared feature matrix leaves."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from nvflare.apis.dxo import DXO, DataKind
+from nvflare.apis.filter import ContentBlockedException
+from nvflare.apis.fl_constant import FilterKey, FLContextKey, ReturnCode
+from nvflare.apis.shareable import Shareable, make_reply
+
+from feddg.flare.constants import FedDGTask
+from feddg.flare.feature_filter import FeatureMatrixFilter
+from feddg.flare.payloads import FEATURE_MATRIX, feature_matrix_dxo, feature_request_dxo
+from feddg.methods.mla import build_feature_encoder, encode
+from tests.conftest import tiny_experiment
+from tests.flare.fl_context import make_context
+
+WIDTH = 16
+RNG = np.random.default_rng(0)
+IMAGES = RNG.normal(size=(5, 1, 32, 32)).astype(np.float32)
+FEATURES = encode(build_feature_encoder(1, seed=0, width=4, depth=3), IMAGES)  # (5, 16)
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    fl_ctx, _ = make_context(tmp_path, "BIDMC", tiny_experiment("prostate"))
+    return fl_ctx
+
+
+def _run(fl_ctx, shareable, task=FedDGTask.MLA_FEATURES, direction=FilterKey.OUT, **args):
+    fl_ctx.set_prop(FLContextKey.TASK_NAME, task, private=True, sticky=False)
+    fl_ctx.set_prop(FLContextKey.FILTER_DIRECTION, direction, private=True, sticky=False)
+    return FeatureMatrixFilter(**{"width": WIDTH, "max_width": WIDTH, **args}).process(shareable, fl_ctx)
+
+
+def _valid() -> Shareable:
+    return feature_matrix_dxo(FEATURES).to_shareable()
+
+
+def _declared(x, **meta) -> Shareable:
+    """A FEATURE_MATRIX DXO whose meta declares what ``x`` is (so only the content can give it away)."""
+    m = {"payload": "feature_matrix", "num_images": int(np.shape(x)[0]),
+         "width": int(np.shape(x)[1]) if np.ndim(x) > 1 else 0}
+    m.update(meta)
+    return DXO(FEATURE_MATRIX, {"features": x}, m).to_shareable()
+
+
+def test_the_declared_feature_matrix_passes_unchanged(ctx):
+    s = _valid()
+    assert FEATURES.shape == (5, WIDTH) and FEATURES.dtype == np.float32
+    assert _run(ctx, s) is s
+
+
+ATTACKS = {
+    "raw images": lambda: _declared(IMAGES),  # 4-D
+    "raw images flattened to rows": lambda: _declared(IMAGES.reshape(5, -1)),  # 1024 values per image
+    "one image as a matrix": lambda: _declared(IMAGES[0, 0]),  # (32, 32): wrong width
+    "weights kind": lambda: DXO(DataKind.WEIGHTS, {"features": FEATURES}).to_shareable(),
+    "extra data key": lambda: DXO(FEATURE_MATRIX, {"features": FEATURES, "image": IMAGES},
+                                  {"payload": "feature_matrix", "num_images": 5, "width": WIDTH}).to_shareable(),
+    "array in meta": lambda: _declared(FEATURES, thumbnail=IMAGES[0]),
+    "unknown meta key": lambda: _declared(FEATURES, patient="x"),
+    "NaN": lambda: _declared(FEATURES * np.nan),
+    "Inf": lambda: _declared(np.where(np.arange(WIDTH) == 3, np.inf, FEATURES).astype(np.float32)),
+    "float64": lambda: _declared(FEATURES.astype(np.float64)),
+    "integer dtype": lambda: _declared(np.ones((5, WIDTH), np.int32)),
+    "wrong width": lambda: _declared(FEATURES[:, :8]),
+    "count mismatch": lambda: _declared(FEATURES, num_images=2),
+    "width mismatch": lambda: _declared(FEATURES, width=8),
+    "list instead of array": lambda: _declared(FEATURES.tolist()),
+}
+
+
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_anything_else_is_blocked_with_a_log_line_naming_the_task(ctx, caplog, attack):
+    with caplog.at_level(logging.ERROR), pytest.raises(ContentBlockedException):
+        _run(ctx, ATTACKS[attack]())
+    assert f"task {FedDGTask.MLA_FEATURES}: blocked the result leaving the site" in caplog.text
+
+
+def test_the_reasons_are_named(ctx, caplog):
+    cases = {
+        "raw images flattened to rows": "expected 16 features per image, got 1024",
+        "NaN": "NaN/Inf",
+        "extra data key": "expected exactly the data key 'features'",
+        "count mismatch": "meta num_images 2 differs from the 5 rows sent",
+    }
+    for attack, reason in cases.items():
+        caplog.clear()
+        with caplog.at_level(logging.ERROR), pytest.raises(ContentBlockedException, match=reason):
+            _run(ctx, ATTACKS[attack]())
+        assert reason in caplog.text
+
+
+def test_extra_top_level_keys_and_arrays_in_headers_are_blocked(ctx):
+    s = _valid()
+    s["smuggled"] = IMAGES
+    with pytest.raises(ContentBlockedException, match="unexpected top-level keys"):
+        _run(ctx, s)
+    s = _valid()
+    s.set_header("note", IMAGES)
+    with pytest.raises(ContentBlockedException, match="header 'note' carries array data"):
+        _run(ctx, s)
+
+
+def test_the_row_cap_and_a_site_policy_without_an_exact_width(ctx):
+    with pytest.raises(ContentBlockedException, match="5 rows is more than the allowed 3"):
+        _run(ctx, _valid(), max_rows=3)
+    site_policy = {"width": None, "max_width": 64, "max_rows": 10}
+    assert _run(ctx, _valid(), **site_policy) is not None
+    wide = _declared(IMAGES.reshape(5, -1))
+    with pytest.raises(ContentBlockedException, match="1024 features per image exceed the allowed 64"):
+        _run(ctx, wide, **site_policy)
+
+
+def test_other_tasks_incoming_data_and_error_replies_pass(ctx):
+    weights = DXO(DataKind.WEIGHTS, {"w": IMAGES}).to_shareable()
+    assert _run(ctx, weights, task=FedDGTask.TRAIN) is weights  # not this filter's task
+    request = feature_request_dxo("random", None, in_channels=1, seed=0, width=4, depth=3).to_shareable()
+    assert _run(ctx, request, direction=FilterKey.IN) is request  # the request comes in, it is not guarded here
+    error = make_reply(ReturnCode.EXECUTION_EXCEPTION)
+    assert _run(ctx, error) is error
+
+
+def test_without_a_direction_the_filter_refuses_to_guess(ctx):
+    ctx.set_prop(FLContextKey.TASK_NAME, FedDGTask.MLA_FEATURES, private=True, sticky=False)
+    with pytest.raises(ContentBlockedException, match="cannot tell"):
+        FeatureMatrixFilter().process(_valid(), ctx)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="exceeds max_width"):
+        FeatureMatrixFilter(width=600)
+    with pytest.raises(ValueError, match="max_rows"):
+        FeatureMatrixFilter(max_rows=0)
