@@ -5,8 +5,10 @@
     feddg evaluate     score a saved global model and/or an MLA bundle on a data folder (Dice/HD95/ASD,
                        optional PNG overlays)
     feddg segment      segment unlabeled NIfTI scans, masks written in each scan's own geometry
-    feddg make-jobs    regenerate the job folders under jobs/ from the one template
+    feddg make-jobs    regenerate the job folders under jobs/ and the consortium files under provisioning/
     feddg simulate     run a job in NVFlare's simulator with the project's site policy installed
+    feddg install-policy  install the project's site policy into provisioned startup kits
+    feddg poc          rehearse a job in a local multi-site POC (prepare, start, submit, wait, download, stop)
 """
 
 from __future__ import annotations
@@ -44,14 +46,34 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 def _cmd_make_jobs(args: argparse.Namespace) -> int:
     from feddg.jobs import JOBS, PAPER_SIZE, stale_files, write_job
 
+    from feddg.provisioning import stale_projects, write_projects
+
+    provisioning = Path(args.out).parent / "provisioning"
     if args.check:
-        stale = stale_files(Path(args.out))
+        stale = stale_files(Path(args.out)) + stale_projects(provisioning)
         for path in stale:
             print(f"out of date: {path}")
         return 1 if stale else 0
     for name in args.names or JOBS:
         print(f"wrote {write_job(Path(args.out), name, PAPER_SIZE if args.paper else None)}")
+    if not args.names and not args.paper:
+        for path in write_projects(provisioning):
+            print(f"wrote {path}")
     return 0
+
+
+def _cmd_install_policy(args: argparse.Namespace) -> int:
+    from feddg.flare.site_policy import install_site_policy
+
+    for path in install_site_policy(Path(args.kit), args.gpus, args.gpu_mem, args.max_amplitude_images):
+        print(f"wrote {path}")
+    return 0
+
+
+def _cmd_poc(args: argparse.Namespace) -> int:
+    from feddg.poc import main as poc_main
+
+    return poc_main([args.job, "--workspace", args.workspace, "--timeout", str(args.timeout)])
 
 
 def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
@@ -179,6 +201,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paper", action="store_true", help="the papers' setting (384 px, 100 rounds, batch 5), for GPUs")
     p.add_argument("names", nargs="*")
     p.set_defaults(func=_cmd_make_jobs)
+
+    p = sub.add_parser("install-policy", help="install the site policy (privacy, authorization, resources) into "
+                                              "a startup kit or a provisioned prod_NN folder")
+    p.add_argument("kit", help="one server/client kit, or the prod_NN folder of `nvflare provision`")
+    p.add_argument("--gpus", type=int, help="GPUs of this site (default: detected on this machine)")
+    p.add_argument("--gpu-mem", type=int, help="GiB per GPU (default: detected)")
+    p.add_argument("--max-amplitude-images", type=int, help="most images whose ELCFS amplitude windows may leave")
+    p.set_defaults(func=_cmd_install_policy)
+
+    p = sub.add_parser("poc", help="rehearse a job in a local multi-site POC with the consortium's kits and policy")
+    p.add_argument("job", help="a job folder, e.g. jobs/prostate_fedavg")
+    p.add_argument("--workspace", default="/tmp/feddg/poc", help="POC folder (deleted and recreated)")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the job")
+    p.set_defaults(func=_cmd_poc)
     return parser
 
 

@@ -146,7 +146,7 @@ def server_config(method: str) -> dict[str, Any]:
     }] if METHODS[method].get("exchange") else []
     mla = METHODS[method].get("mla", False)
     controller_args = {"config_file": CONFIG_FILE, "aggregator_id": "aggregator", "persistor_id": "persistor",
-                       "eval_timeout": 3600, "report_file": "feddg_report.json"}
+                       "report_file": "feddg_report.json"}
     after = []
     if mla:
         controller_args["keep_local_models"] = True
@@ -175,7 +175,7 @@ def server_config(method: str) -> dict[str, Any]:
 
 def client_config(method: str, cfg: FedDGConfig) -> dict[str, Any]:
     spec = METHODS[method]
-    tasks = [FedDGTask.TRAIN, FedDGTask.EVALUATE]
+    tasks = [FedDGTask.SITE_INFO, FedDGTask.TRAIN, FedDGTask.EVALUATE]
     data_filters, result_filters = [], []
     if spec.get("exchange"):
         tasks += [FedDGTask.AMPLITUDE_SPECTRA, FedDGTask.AMPLITUDE_BANK]

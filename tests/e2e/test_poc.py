@@ -36,7 +36,7 @@ def test_poc_rehearsal_runs_a_job_across_the_hospitals(tmp_path, synthetic_root)
     job = write_job(tmp_path / "jobs", "prostate_fedavg",
                     tiny_experiment("prostate", root=str(synthetic_root["prostate"]), rounds=1))
     ws = tmp_path / "poc"
-    proc = subprocess.Popen([sys.executable, "-m", "feddg.poc", str(job), "--workspace", str(ws), "--timeout", "600"],
+    proc = subprocess.Popen([sys.executable, "-m", "feddg.cli", "poc", str(job), "--workspace", str(ws), "--timeout", "600"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=TIMEOUT_S)

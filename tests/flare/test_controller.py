@@ -184,3 +184,26 @@ def test_without_keep_local_models_nothing_is_kept(tmp_path):
     ctl, cfg = _keeping_controller(tmp_path, [_shared("A", 1.0), _shared("B", 1.0)], keep=False)
     model = ctl._run_round(_global(), SITES, 1, cfg)
     assert model is not None and not (tmp_path / "ws" / "server" / "job1" / "mla_local_models").exists()
+
+
+def _site_info(site, version="0.1.0", digest="aaaa"):
+    return FLModel(params={}, metrics={"feddg_version": version, "preprocessing_hash": digest},
+                   meta={"client_name": site})
+
+
+def test_job_start_refuses_to_train_when_sites_differ_naming_them(tmp_path):
+    ctl, cfg = _controller(tmp_path, [], min_sites=None)
+    ctl.broadcast_model = lambda **kw: [_site_info("A"), _site_info("B"), _site_info("C", digest="bbbb"),
+                                        _site_info("U")] if kw["task_name"] == "site_info" else []
+    assert ctl._sites_agree(cfg) is False
+    assert len(ctl.panics) == 1
+    assert "['A', 'B', 'U'] run feddg 0.1.0 with preprocessing aaaa" in ctl.panics[0]
+    assert "['C'] run feddg 0.1.0 with preprocessing bbbb" in ctl.panics[0]
+
+
+def test_job_start_goes_on_when_sites_agree_and_names_silent_ones(tmp_path, caplog):
+    ctl, cfg = _controller(tmp_path, [], min_sites=None)
+    ctl.broadcast_model = lambda **kw: [_site_info("A"), _site_info("B"), _site_info("U")]
+    with caplog.at_level(logging.WARNING):
+        assert ctl._sites_agree(cfg) is True
+    assert ctl.panics == [] and "no version/preprocessing report from ['C']" in caplog.text

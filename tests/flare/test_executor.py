@@ -164,3 +164,39 @@ def test_weight_difference_is_local_minus_received(tmp_path, exp):
     assert diff.data_kind == DataKind.WEIGHT_DIFF
     for k in weights:  # same seeds, same data: the difference is exactly the trained weights minus the received
         np.testing.assert_allclose(diff.data[k], plain.data[k] - weights[k], atol=1e-6)
+
+
+def test_site_info_reports_version_and_preprocessing_hash(tmp_path, exp):
+    from feddg.flare.site_info import site_fingerprint
+
+    fl_ctx, _ = _context(tmp_path, "BIDMC", exp)
+    dxo = from_shareable(FedDGExecutor().execute(FedDGTask.SITE_INFO, Shareable(), fl_ctx, Signal()))
+    assert dxo.data_kind == DataKind.METRICS and dxo.data == site_fingerprint(config_from_dict(exp))
+
+
+def test_error_lines_carry_no_paths_but_the_local_log_does(tmp_path, exp, caplog):
+    import logging
+
+    exp["data"]["root"] = str(tmp_path / "hospital_share" / "prostate_data")  # no such folder
+    fl_ctx, _ = _context(tmp_path, "BIDMC", exp)
+    with caplog.at_level(logging.INFO):
+        result = FedDGExecutor().execute(FedDGTask.TRAIN, _task(_global_weights(exp)), fl_ctx, Signal())
+    assert result.get_return_code() == ReturnCode.EXECUTION_EXCEPTION
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors and all("hospital_share" not in m for m in errors), errors
+    assert any("hospital_share" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+
+
+def test_an_unexpected_failure_is_an_error_reply_without_a_traceback_upstream(tmp_path, exp, caplog, monkeypatch):
+    import logging
+
+    fl_ctx, _ = _context(tmp_path, "BIDMC", exp)
+    ex = FedDGExecutor()
+    monkeypatch.setattr(ex, "_setup", lambda _ctx: (_ for _ in ()).throw(RuntimeError("boom in /opt/x/y.py")))
+    with caplog.at_level(logging.INFO):
+        result = ex.execute(FedDGTask.TRAIN, _task(_global_weights(exp)), fl_ctx, Signal())
+    assert result.get_return_code() == ReturnCode.EXECUTION_EXCEPTION
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors and all("/opt/x" not in m and "Traceback" not in m for m in errors), errors
+    assert "task train failed at site BIDMC: RuntimeError: boom in <path>" in errors
+    assert any("Traceback" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)

@@ -4,6 +4,7 @@
 class FedDGTask:
     TRAIN = "train"  # global weights in, local weights + metadata out (training sites only)
     EVALUATE = "evaluate"  # a model in, metric summaries out (every site, the unseen one included)
+    SITE_INFO = "site_info"  # at job start: nothing in, the site's feddg version and preprocessing hash out
     AMPLITUDE_SPECTRA = "amplitude_spectra"  # ELCFS: nothing in, the site's amplitude windows out (training sites)
     AMPLITUDE_BANK = "amplitude_bank"  # ELCFS: the distribution bank in, an acknowledgement out
     MLA_FEATURES = "mla_features"  # MLA: the shared encoder in, the site's feature matrix out (training sites)

@@ -38,6 +38,7 @@ from feddg.config import FedDGConfig
 from feddg.evaluation import mean_dice
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
+from feddg.flare.site_info import mismatch
 from feddg.flare.local_models import LOCAL_MODELS_DIR, LocalModelStore
 from feddg.flare.updates import UpdateRejected, check_update
 from feddg.report import evaluation_rows, format_table, mean_of, software_versions, write_report
@@ -54,7 +55,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         aggregator_id: a :class:`ModelAggregator` component (FedAvg by data size, GA, ...).
         persistor_id: the model persistor (keeps the last and the best global model).
         start_round: first round to run, to resume a job from a checkpoint.
-        eval_timeout: seconds to wait for the evaluation results.
+        eval_timeout: seconds to wait for the evaluation results; None: the job's ``train.task_timeout``.
         report_file: name of the JSON report written in the server's run folder.
         keep_local_models: MLA: in the final round, store the local model of every training site whose update
             carries ``share_local_model: true`` (set by the site's executor from the site's own
@@ -69,7 +70,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         aggregator_id: str = "aggregator",
         persistor_id: str = AppConstants.DEFAULT_PERSISTOR_ID,
         start_round: int = 0,
-        eval_timeout: int = 3600,
+        eval_timeout: int | None = None,
         report_file: str = "feddg_report.json",
         keep_local_models: bool = False,
     ):
@@ -98,6 +99,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
                   f"{cfg.train.rounds} rounds, at least {min_sites} sites per round")
         self.fl_ctx.set_prop(AppConstants.NUM_ROUNDS, self.num_rounds, private=True, sticky=False)
 
+        if not self._sites_agree(cfg):
+            return
         model = self.load_model()
         if not model.params:
             self.panic("the persistor returned no initial model")
@@ -124,6 +127,33 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
                 return
             evaluations["best"] = best_eval
         self._write_report(cfg, evaluations, time.time() - started)
+
+    def _sites_agree(self, cfg: FedDGConfig) -> bool:
+        """At job start every site reports its ``feddg`` version and preprocessing hash; different answers stop the
+        job before the first round, naming the sites. A site that does not answer is named and the job goes on
+        (the rounds' minimum of sites decides)."""
+        sites = list(cfg.data.sites)
+        results = self.broadcast_model(
+            data=FLModel(params={}, params_type=ParamsType.FULL), task_name=FedDGTask.SITE_INFO, targets=sites,
+            min_responses=len(sites), timeout=cfg.train.task_timeout, wait_time_after_min_received=0,
+        )
+        fingerprints = {}
+        for result in results:
+            site = result.meta.get("client_name", "?")
+            if isinstance(result.metrics, dict) and result.metrics:
+                fingerprints[site] = result.metrics
+        silent = sorted(set(sites) - set(fingerprints))
+        if silent:
+            self.warning(f"job start: no version/preprocessing report from {silent}")
+        problem = mismatch(fingerprints)
+        if problem:
+            self.panic(f"job start: {problem}. Install the same feddg release and preprocessing settings at every "
+                       f"site; not training.")
+            return False
+        if fingerprints:
+            version, digest = next(iter(fingerprints.values())).values()
+            self.info(f"job start: {sorted(fingerprints)} run feddg {version}, preprocessing {digest}")
+        return True
 
     def _run_round(self, model: FLModel, train_sites: list[str], min_sites: int, cfg: FedDGConfig) -> FLModel | None:
         r = self.current_round
@@ -250,7 +280,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
                        meta={FedDGMeta.MODEL_NAME: name, FedDGMeta.ROUND: rounds_trained})
         results = self.broadcast_model(
             data=data, task_name=FedDGTask.EVALUATE, targets=sites, min_responses=1,
-            timeout=self.eval_timeout, wait_time_after_min_received=self.eval_timeout,
+            timeout=self.eval_timeout or cfg.train.task_timeout,
+            wait_time_after_min_received=self.eval_timeout or cfg.train.task_timeout,
         )
         evaluation: dict[str, Any] = {"rounds_trained": rounds_trained, "sites": {}, "missing_sites": []}
         for result in results:

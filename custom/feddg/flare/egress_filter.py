@@ -13,6 +13,7 @@ task                    what may leave
                         under the project's keys (sample count, validation Dice/loss, training loss, GA gap,
                         step count, MLA opt-in flag)
 ``evaluate``            DXO METRICS: nested summaries of scalars (no arrays, bounded size)
+``site_info``           DXO METRICS: the package version and the preprocessing hash (two short strings)
 ``amplitude_spectra``   the ELCFS amplitude-window payload
                         (:func:`feddg.flare.payloads.check_amplitude_payload`, the same check as
                         :class:`~feddg.flare.amplitude_filter.AmplitudeWindowFilter`)
@@ -184,6 +185,9 @@ class SiteEgressFilter(Filter):
         elif task == FedDGTask.EVALUATE:
             check_metrics_payload(dxo)
             check_scalar_meta(dxo, EVALUATE_META)
+        elif task == FedDGTask.SITE_INFO:
+            check_metrics_payload(dxo, max_values=2)
+            check_scalar_meta(dxo, set())
         elif task == FedDGTask.AMPLITUDE_SPECTRA:
             check_amplitude_payload(dxo, None, self.max_half_width, self.max_amplitude_images)
         elif task == MLA_FEATURES_TASK:

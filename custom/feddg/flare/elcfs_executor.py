@@ -68,9 +68,9 @@ class ELCFSExecutor(FedDGExecutor):
         self.exchange_task_name = exchange_task_name
         self.bank_task_name = bank_task_name
 
-    def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+    def _execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         if task_name not in (self.exchange_task_name, self.bank_task_name):
-            return super().execute(task_name, shareable, fl_ctx, abort_signal)
+            return super()._execute(task_name, shareable, fl_ctx, abort_signal)
         try:
             self._setup(fl_ctx)
             if self._site == self._cfg.data.unseen_site:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import traceback
 import zlib
 from typing import Any
 
@@ -40,6 +41,8 @@ from feddg.data.errors import DataError
 from feddg.evaluation import evaluate_sliceset, mean_dice, split_loss
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
+from feddg.flare.redact import public, scrub
+from feddg.flare.site_info import site_fingerprint
 from feddg.jsonfile import read_json, write_json
 from feddg.nets.unet import build_model, select_device
 from feddg.training import LocalTrainResult, train_epochs
@@ -87,7 +90,25 @@ class FedDGExecutor(Executor):
         self._site: str | None = None
 
     # ------------------------------------------------------------------ entry point
+    def log_error(self, fl_ctx: FLContext, msg: str, fire_event: bool = True) -> None:
+        """ERROR lines reach the server (NVFlare streams a job's error log there): they are logged without paths or
+        data-file names (:mod:`feddg.flare.redact`); the full line stays in the site's local log at INFO."""
+        public_msg = scrub(msg)
+        if public_msg != msg:
+            super().log_info(fl_ctx, f"(local detail of the next error) {msg}")
+        super().log_error(fl_ctx, public_msg, fire_event)
+
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        try:
+            return self._execute(task_name, shareable, fl_ctx, abort_signal)
+        except Exception as e:  # noqa: BLE001 - the site answers with an error, NVFlare logs no traceback with paths
+            super().log_info(fl_ctx, f"(local detail) task {task_name} failed:\n{traceback.format_exc()}")
+            self.log_error(fl_ctx, f"task {task_name} failed at site {fl_ctx.get_identity_name()}: {public(e)}")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+
+    def _execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        if task_name == FedDGTask.SITE_INFO:
+            return self._site_info(fl_ctx)
         if task_name not in (self.train_task_name, self.evaluate_task_name):
             return make_reply(ReturnCode.TASK_UNKNOWN)
         try:
@@ -114,6 +135,11 @@ class FedDGExecutor(Executor):
         if task_name == self.train_task_name:
             return self._train(model, shareable, fl_ctx, abort_signal)
         return self._evaluate(model, dxo, fl_ctx)
+
+    def _site_info(self, fl_ctx: FLContext) -> Shareable:
+        """The site's ``feddg`` version and preprocessing hash (:mod:`feddg.flare.site_info`): two short strings."""
+        cfg = self._cfg or load_job_config(fl_ctx, self.config_file)
+        return DXO(data_kind=DataKind.METRICS, data=site_fingerprint(cfg)).to_shareable()
 
     # ------------------------------------------------------------------ setup
     def _setup(self, fl_ctx: FLContext) -> None:

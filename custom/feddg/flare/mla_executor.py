@@ -73,16 +73,16 @@ class MLAExecutor(FedDGExecutor):
         self.mla_evaluate_task_name = mla_evaluate_task_name
         self._share_local_model = False
 
-    def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+    def _execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         if task_name == self.train_task_name:
             try:  # the site's own file decides, read afresh for every round
                 self._share_local_model = load_site_config(fl_ctx).share_local_model
             except SiteConfigError as e:
                 self.log_error(fl_ctx, f"site {fl_ctx.get_identity_name()}, task {task_name}: {e}")
                 return make_reply(ReturnCode.EXECUTION_EXCEPTION)
-            return super().execute(task_name, shareable, fl_ctx, abort_signal)
+            return super()._execute(task_name, shareable, fl_ctx, abort_signal)
         if task_name not in (self.features_task_name, self.mla_evaluate_task_name):
-            return super().execute(task_name, shareable, fl_ctx, abort_signal)
+            return super()._execute(task_name, shareable, fl_ctx, abort_signal)
         try:
             self._setup(fl_ctx)
         except (ConfigError, DataError) as e:
