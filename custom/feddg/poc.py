@@ -91,6 +91,9 @@ def prepare(workspace: Path, task: str, sites: list[str]) -> POC:
 
 def start(poc: POC, ready_timeout: float = 120) -> None:
     """Start the server, wait until it listens, then every hospital; each one process of ours."""
+    with socket.socket() as s:
+        if s.connect_ex(("localhost", FED_LEARN_PORT)) == 0:
+            raise RehearsalError(f"port {FED_LEARN_PORT} is in use: another FLARE server (a POC?) is running here")
     poc.processes.append(_launch(poc.kit(poc.server), poc.workspace / "logs" / "server.log"))
     _wait_for_port("localhost", FED_LEARN_PORT, ready_timeout, poc)
     for site in poc.clients:
