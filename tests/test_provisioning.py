@@ -87,3 +87,20 @@ def test_gpus_are_named_in_the_resource_manager():
 def test_a_folder_without_kits_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no server or client startup kit"):
         install_site_policy(tmp_path)
+
+
+def test_a_job_without_custom_code_cannot_add_a_filter_that_undoes_the_site_check():
+    """Site filters run first on outgoing results; what a job can add after them is limited to the allow-list.
+    That list holds no NVFlare filter, and the project's own filters only block (they return their input)."""
+    import importlib
+
+    from nvflare.apis.filter import Filter
+
+    from feddg.flare.site_policy import class_allow_list
+
+    for entry in class_allow_list():
+        if entry.endswith("."):
+            continue
+        module, name = entry.rsplit(".", 1)
+        cls = getattr(importlib.import_module(module), name)
+        assert not (isinstance(cls, type) and issubclass(cls, Filter)), entry

@@ -9,6 +9,7 @@
     feddg simulate     run a job in NVFlare's simulator with the project's site policy installed
     feddg install-policy  install the project's site policy into provisioned startup kits
     feddg poc          rehearse a job in a local multi-site POC (prepare, start, submit, wait, download, stop)
+    feddg resume-job   continue a stopped run as a new job from its last global model and round
 """
 
 from __future__ import annotations
@@ -67,6 +68,14 @@ def _cmd_install_policy(args: argparse.Namespace) -> int:
 
     for path in install_site_policy(Path(args.kit), args.gpus, args.gpu_mem, args.max_amplitude_images):
         print(f"wrote {path}")
+    return 0
+
+
+def _cmd_resume_job(args: argparse.Namespace) -> int:
+    from feddg.resume import resume_job
+
+    out, start, total = resume_job(Path(args.job), Path(args.previous), Path(args.out), args.rounds)
+    print(f"wrote {out}: rounds {start}..{total - 1} of {total}, from the model saved after round {start - 1}")
     return 0
 
 
@@ -215,6 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workspace", default="/tmp/feddg/poc", help="POC folder (deleted and recreated)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the job")
     p.set_defaults(func=_cmd_poc)
+
+    p = sub.add_parser("resume-job", help="continue a stopped run as a new job (start round + last global model)")
+    p.add_argument("job", help="the job folder the previous run was submitted from")
+    p.add_argument("--from", dest="previous", required=True,
+                   help="the previous run's result (nvflare job download folder or server run folder)")
+    p.add_argument("--out", required=True, help="folder for the resumed job (must not exist)")
+    p.add_argument("--rounds", type=int, help="total rounds of the whole training (default: the job's)")
+    p.set_defaults(func=_cmd_resume_job)
     return parser
 
 

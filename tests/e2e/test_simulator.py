@@ -186,3 +186,26 @@ def test_prostate_mlabin_keeps_local_models_builds_the_bundle_and_scores_mla(tmp
     assert sum(report["mla"]["attention_weights"]["RUNMC"]["weights"].values()) == pytest.approx(1.0)
     assert any(r["model"] == "mla" and r["site"] == "RUNMC" for r in report["table"])
     assert "MLA at the unseen site RUNMC" in result.stdout
+
+
+def test_resume_continues_from_the_last_global_model_and_round(tmp_path, synthetic_root):
+    """A 2-round GA run, then `feddg resume-job --rounds 4`: the new job trains rounds 2 and 3 only, starts from the
+    saved model, and continues the GA weight history, so the whole training has exactly 4 rounds."""
+    job = make_job(tmp_path, "prostate_ga", synthetic_root["prostate"], rounds=2)
+    ws1 = tmp_path / "ws1"
+    check_run(run_job(job, ws1, "-t", "6"), ws1, ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "RUNMC",
+              ["prostate"], 2)
+    resumed = tmp_path / "resumed"
+    proc = subprocess.run([sys.executable, "-m", "feddg.cli", "resume-job", str(job), "--from",
+                           str(ws1 / "server" / "simulate_job"), "--out", str(resumed), "--rounds", "4"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "rounds 2..3 of 4" in proc.stdout
+    ws2 = tmp_path / "ws2"
+    result = run_job(resumed, ws2, "-t", "6")
+    assert result.returncode == 0, result.stdout[-5000:]
+    report = json.loads((ws2 / "server" / "simulate_job" / "feddg_report.json").read_text())
+    assert [h["round"] for h in report["history"]] == [2, 3]
+    assert report["rounds"] == 4
+    ga = json.loads((ws2 / "server" / "simulate_job" / "ga_weights.json").read_text())["history"]
+    assert [h["round"] for h in ga] == [0, 1, 2, 3]  # the previous run's history, continued

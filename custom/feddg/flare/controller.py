@@ -39,11 +39,15 @@ from feddg.evaluation import mean_dice
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
 from feddg.flare.site_info import mismatch
+from feddg.jsonfile import write_json
 from feddg.flare.local_models import LOCAL_MODELS_DIR, LocalModelStore
 from feddg.flare.updates import UpdateRejected, check_update
 from feddg.report import evaluation_rows, format_table, mean_of, software_versions, write_report
 
 OPT_IN_HINT = 'to opt in, the site sets "share_local_model": true in its own local/feddg_site.json'
+
+
+PROGRESS_FILE = "feddg_progress.json"
 
 
 class LeaveOneSiteOutFedAvg(BaseFedAvg):
@@ -211,6 +215,9 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         model = self.update_model(model, aggregated)
         model.params = {k: _like(v, sent[k]) for k, v in model.params.items()}
         self.save_model(model)
+        # What a resumed job needs to know (`feddg resume-job`): the rounds behind the saved global model.
+        write_json(os.path.join(self.get_run_dir(), PROGRESS_FILE),
+                   {"rounds_completed": r + 1, "total_rounds": self.num_rounds, "history": self._history})
         return model
 
     # ------------------------------------------------------------------ local models for MLA

@@ -16,7 +16,7 @@ from nvflare.app_common.aggregators.weighted_aggregation_helper import WeightedA
 from nvflare.app_common.app_constant import AppConstants
 
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta
-from feddg.flare.job_config import load_job_config
+from feddg.flare.job_config import config_path, load_job_config
 from feddg.jsonfile import write_json
 from feddg.methods.ga import adjust_weights, aggregation_weights, is_valid_gap, step_size
 
@@ -74,8 +74,8 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
             self._weights = {site: 1.0 / len(sites) for site in sites}
             run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(fl_ctx.get_job_id())
             self._history_path = os.path.join(run_dir, self.history_file)
-            if self.resume_from:
-                self._resume(self.resume_from)
+            if self.resume_from:  # relative: in the app's config folder (where `feddg resume-job` puts it)
+                self._resume(config_path(fl_ctx, self.resume_from))
 
     def _resume(self, path: str) -> None:
         with open(path) as f:

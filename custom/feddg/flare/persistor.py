@@ -7,7 +7,7 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.app_opt.pt.file_model_persistor import PTFileModelPersistor
 
 from feddg.flare.constants import CONFIG_FILE
-from feddg.flare.job_config import load_job_config
+from feddg.flare.job_config import config_path, load_job_config
 from feddg.nets.unet import build_model
 
 
@@ -21,7 +21,8 @@ class FedDGModelPersistor(PTFileModelPersistor):
 
     Args:
         config_file: the job's experiment configuration, relative to the app's config folder.
-        source_ckpt_file_full_name: optional checkpoint to start from (resuming a job).
+        source_ckpt_file_full_name: optional checkpoint to start from (resuming a job); a relative path is read
+            from the app's config folder, where `feddg resume-job` puts the previous run's model.
     """
 
     def __init__(self, config_file: str = CONFIG_FILE, source_ckpt_file_full_name: str | None = None):
@@ -32,6 +33,8 @@ class FedDGModelPersistor(PTFileModelPersistor):
         self._cfg = load_job_config(fl_ctx, self.config_file)
         torch.manual_seed(self._cfg.train.seed)  # the initial global model is part of a reproducible run
         self.model = build_model(self._cfg)
+        if self.source_ckpt_file_full_name:
+            self.source_ckpt_file_full_name = config_path(fl_ctx, self.source_ckpt_file_full_name)
         super()._initialize(fl_ctx)
 
     def load_model(self, fl_ctx: FLContext):
