@@ -228,7 +228,8 @@ def test_site_without_a_file(bundle_dir):
 
 def test_invalid_config(bundle_dir):
     _edit_manifest(bundle_dir, lambda m: m["config"]["model"].update(bin_levels=9))
-    with _refused(bundle_dir, "manifest.json: invalid 'config': model.bin_levels: must be an integer"):
+    with _refused(bundle_dir, r"manifest.json: invalid 'config': model.bin_levels: input should be less than or "
+                              r"equal to 5 \(got 9\)"):
         load_bundle(bundle_dir)
 
 

@@ -7,7 +7,6 @@ A checkpoint saved by a job (``FL_global_model.pt`` / ``best_FL_global_model.pt`
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Callable
@@ -76,8 +75,9 @@ def evaluate_folder(
         loaded: dict = {}
 
         def test_of(c: FedDGConfig) -> SliceSet:
-            site_cfg = dataclasses.replace(c.data, root=str(data_root), layout=layout or c.data.layout,
-                                           sites=[site], unseen_site=site)
+            site_cfg = type(c.data).model_validate({**c.data.model_dump(), "root": str(data_root),
+                                                    "layout": layout or c.data.layout, "sites": [site],
+                                                    "unseen_site": site})
             key = repr(site_cfg)  # the global model and the bundle share the data when they share preprocessing
             if key not in loaded:
                 loaded[key] = load_site(site_cfg, site)["test"]

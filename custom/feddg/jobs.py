@@ -15,7 +15,6 @@ installed ``feddg`` package.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -115,7 +114,7 @@ METHODS["mlabin"] = {
     **METHODS["fedavg"],
     "executor": "feddg.flare.mla_executor.MLAExecutor",
     "mla": True,
-    "overrides": {"model": {"bin_levels": 3}, "mla": dataclasses.asdict(MLAConfig())},
+    "overrides": {"model": {"bin_levels": 3}, "mla": MLAConfig().model_dump()},
 }
 
 JOBS = [f"{task}_{method}" for method, spec in METHODS.items() for task in TASK_DEFAULTS

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 import subprocess
@@ -57,7 +56,7 @@ def test_same_seed_gives_identical_bytes_and_other_seed_differs(tmp_path, task):
     b = _files(generate(task, tmp_path / "b", SMALL))
     assert a and a.keys() == b.keys()
     assert [k for k in a if a[k] != b[k]] == []
-    c = _files(generate(task, tmp_path / "c", dataclasses.replace(SMALL, seed=4)))
+    c = _files(generate(task, tmp_path / "c", SMALL.model_copy(update=dict(seed=4))))
     assert c.keys() == a.keys()
     images = [k for k in a if "segmentation" not in k.lower() and "/mask/" not in k]
     assert images and all(a[k] != c[k] for k in images)
@@ -219,9 +218,9 @@ def test_generate_rejects_unknown_task_sites_and_bad_sizes(tmp_path):
     with pytest.raises(ValueError, match="Domain9"):
         generate("fundus", tmp_path, SMALL, sites=["Domain9"])
     with pytest.raises(ValueError, match="cases_per_site"):
-        generate("fundus", tmp_path, dataclasses.replace(SMALL, cases_per_site=1))
+        generate("fundus", tmp_path, SMALL.model_copy(update=dict(cases_per_site=1)))
     with pytest.raises(ValueError, match="size"):
-        generate("prostate", tmp_path, dataclasses.replace(SMALL, size=8))
+        generate("prostate", tmp_path, SMALL.model_copy(update=dict(size=8)))
 
 
 def test_ensure_synthetic_checks_layout_and_sites(tmp_path):
@@ -242,7 +241,7 @@ def _data_cfg(cache: Path, **synth) -> DataConfig:
         sites=["BIDMC", "BMC", "HK"],
         unseen_site="HK",
         cache_dir=str(cache),
-        synthetic=dataclasses.replace(SMALL, **synth),
+        synthetic=SMALL.model_copy(update=dict(**synth)),
     )
 
 
@@ -266,7 +265,7 @@ def test_ensure_synthetic_generates_once_then_reuses(tmp_path, monkeypatch):
     direct = _files(real("prostate", tmp_path / "direct", cfg.synthetic, ["BIDMC", "BMC", "HK"]))
     assert {k: v for k, v in _files(root).items() if k != MARKER} == direct
     # Site order does not matter; another seed or site list is another folder.
-    reordered = dataclasses.replace(cfg, sites=["HK", "BIDMC", "BMC"])
+    reordered = cfg.model_copy(update=dict(sites=["HK", "BIDMC", "BMC"]))
     assert ensure_synthetic(reordered) == root and len(calls) == 1
     other = ensure_synthetic(_data_cfg(tmp_path, seed=5))
     assert other != root and len(calls) == 2
@@ -315,7 +314,7 @@ _WORKER = textwrap.dedent(
 
 
 def test_ensure_synthetic_concurrent_processes(tmp_path):
-    args = [sys.executable, "-c", _WORKER, str(tmp_path), json.dumps(dataclasses.asdict(SMALL))]
+    args = [sys.executable, "-c", _WORKER, str(tmp_path), json.dumps(SMALL.model_dump())]
     procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
     outs = []
     for p in procs:

@@ -90,7 +90,7 @@ def test_a_broken_site_file_stops_training_with_its_reason(tmp_path, exp, caplog
     with caplog.at_level(logging.ERROR):
         result = MLAExecutor().execute(FedDGTask.TRAIN, _train_task(exp), fl_ctx, Signal())
     assert result.get_return_code() == ReturnCode.EXECUTION_EXCEPTION
-    assert "share_local_model must be true or false" in caplog.text
+    assert "share_local_model: input should be a valid boolean (got 'yes')" in caplog.text
 
 
 # ---------------------------------------------------------------------- the site: features

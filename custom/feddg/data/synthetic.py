@@ -41,7 +41,6 @@ place only when complete, with a marker file inside).
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import hashlib
 import io
@@ -593,7 +592,7 @@ def cache_key(task: str, cfg: SyntheticConfig, sites: Sequence[str]) -> str:
     payload = {
         "version": GENERATOR_VERSION,
         "task": task,
-        "synthetic": dataclasses.asdict(cfg),
+        "synthetic": cfg.model_dump(),
         "sites": sorted(sites),  # the files do not depend on the order
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
@@ -650,7 +649,7 @@ def ensure_synthetic(cfg: DataConfig) -> Path:
                 "task": task,
                 "layout": TASK_LAYOUTS[task],
                 "sites": sites,
-                "synthetic": dataclasses.asdict(cfg.synthetic),
+                "synthetic": cfg.synthetic.model_dump(),
             }
             (tmp / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
             os.replace(tmp, final)

@@ -11,16 +11,21 @@ optional::
                                       // MLA bundle. Absent: false.
     }
 
-Unknown keys are errors, so that a typo does not silently fall back to a default.
+The file is validated with the same strict schema rules as ``feddg.yaml`` (:mod:`feddg.config`): unknown keys,
+wrong types (``"share_local_model": "yes"``) and out-of-range values are errors naming the file, the key and the
+value, so that a typo does not silently fall back to a default.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, fields
+from typing import Annotated
 
 from nvflare.apis.fl_context import FLContext
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from feddg.config import describe_validation_error
 
 SITE_CONFIG_FILE = "feddg_site.json"
 
@@ -29,9 +34,10 @@ class SiteConfigError(ValueError):
     """The site configuration file cannot be used; the message names the file and the key."""
 
 
-@dataclass(frozen=True)
-class SiteConfig:
-    amplitude_bank_images: int | None = None
+class SiteConfig(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+    amplitude_bank_images: Annotated[int, Field(ge=0)] | None = None
     share_local_model: bool = False
 
 
@@ -41,21 +47,14 @@ def read_site_config(path: str) -> SiteConfig:
     try:
         with open(path) as f:
             raw = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise SiteConfigError(f"{path}: cannot read the site configuration: {e}") from e
     if not isinstance(raw, dict):
-        raise SiteConfigError(f"{path}: expected a JSON object")
-    known = {f.name for f in fields(SiteConfig)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise SiteConfigError(f"{path}: unknown key(s) {unknown}; known keys are {sorted(known)}")
-    cap = raw.get("amplitude_bank_images")
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
-        raise SiteConfigError(f"{path}: amplitude_bank_images must be a non-negative integer or null, got {cap!r}")
-    share = raw.get("share_local_model", False)
-    if not isinstance(share, bool):
-        raise SiteConfigError(f"{path}: share_local_model must be true or false, got {share!r}")
-    return SiteConfig(amplitude_bank_images=cap, share_local_model=share)
+        raise SiteConfigError(f"{path}: expected a JSON object, got {type(raw).__name__}")
+    try:
+        return SiteConfig.model_validate(raw)
+    except ValidationError as e:
+        raise SiteConfigError(f"{path}: {describe_validation_error(e, SiteConfig)}") from None
 
 
 def load_site_config(fl_ctx: FLContext) -> SiteConfig:

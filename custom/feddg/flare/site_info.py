@@ -8,7 +8,6 @@ and, when there is more than one group, stops before the first round naming ever
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import inspect
 import json
@@ -27,7 +26,7 @@ def preprocessing_hash(cfg: FedDGConfig) -> str:
     """sha256 (first 16 hex digits) of the preprocessing settings and the preprocessing code."""
     from feddg.data import dataset, layouts, synthetic
 
-    data = {k: v for k, v in dataclasses.asdict(cfg.data).items() if k not in _LOCATION_FIELDS}
+    data = {k: v for k, v in cfg.data.model_dump().items() if k not in _LOCATION_FIELDS}
     if cfg.data.root is not None:
         data.pop("synthetic")  # only used when the synthetic default is generated
     h = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode())
