@@ -1,8 +1,12 @@
 """A read-only check of a data folder before a federated run: what is there, and every problem found.
 
 ``check_data`` never modifies anything and never stops at the first problem: each site is scanned, every paired
-file is decoded with the same validation as training uses, and all problems are collected. Statistics are over
-the *raw* data (before resizing and normalisation), so that sites can be compared as they are stored.
+file is decoded with the same validation as training uses, and all problems are collected; a site whose folder
+cannot even be listed is that site's problem, and the other sites are still checked. Suspicious but usable data
+(a foreground share implausible for the task, an image larger than the task needs) is listed apart, as warnings,
+with the same wording the loader logs. Statistics are over the *raw* data (before resizing and normalisation; PNG
+images above :data:`~feddg.data.layouts.MAX_IMAGE_SIDE` after their 8-bit reduction), so that sites can be compared
+as they are stored.
 
 Run it from a shell: ``python -m feddg.data.check <layout> <root> [site ...]``.
 """
@@ -18,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..config import TASKS
-from .errors import DataError
-from .layouts import layout_spec, read_record, scan_site
+from .errors import DataError, DataWarning
+from .layouts import foreground_warnings, layout_spec, read_record, scan_site, site_folders
 
 
 _SPLIT_ORDER = {"all": 0, "train": 1, "test": 2}
@@ -52,53 +56,97 @@ class _Stats:
         return {"min": self.lo, "max": self.hi, "mean": mean, "std": math.sqrt(var)}
 
 
+class _Coverage:
+    """Per structure: the share of 2D slices containing it and the mean share of their pixels it covers."""
+
+    def __init__(self, structures: tuple[str, ...]) -> None:
+        self.structures = structures
+        self.slices = 0
+        self.with_foreground = np.zeros(len(structures))
+        self.fraction = np.zeros(len(structures))
+
+    def add(self, labels: np.ndarray) -> None:
+        """One decoded record's labels, (n, L, H, W)."""
+        per_slice = labels.reshape(labels.shape[0], labels.shape[1], -1)
+        self.slices += labels.shape[0]
+        self.with_foreground += per_slice.any(axis=2).sum(axis=0)
+        self.fraction += per_slice.mean(axis=2).sum(axis=0)
+
+    def result(self) -> dict[str, dict[str, float | None]]:
+        n = self.slices
+        return {
+            name: {
+                "with_foreground": float(self.with_foreground[i] / n) if n else None,
+                "mean_fraction": float(self.fraction[i] / n) if n else None,
+            }
+            for i, name in enumerate(self.structures)
+        }
+
+
+class _SplitTally:
+    """Counts of one split folder ("all" for layouts without split folders), and its labelled pixels."""
+
+    def __init__(self, structures: tuple[str, ...]) -> None:
+        self.structures = structures
+        self.images = 0
+        self.cases: set[str] = set()
+        self.slices = 0
+        self.foreground = np.zeros(len(structures))  # labelled pixels per structure
+        self.pixels = 0
+
+    def add(self, labels: np.ndarray) -> None:
+        """One decoded record's labels, (n, L, H, W)."""
+        self.slices += labels.shape[0]
+        self.foreground += labels.sum(axis=(0, 2, 3))
+        self.pixels += labels.shape[0] * labels.shape[2] * labels.shape[3]
+
+    def share(self) -> dict[str, float]:
+        """Structure -> its share of all pixels of the split."""
+        return {name: float(self.foreground[i] / max(self.pixels, 1)) for i, name in enumerate(self.structures)}
+
+    def counts(self) -> dict[str, int]:
+        return {"images": self.images, "cases": len(self.cases), "slices": self.slices}
+
+
 def _check_site(layout: str, root: Path, site: str, structures: tuple[str, ...]) -> dict[str, Any]:
     """The report of one site (see :func:`check_data`)."""
     records, problems = scan_site(layout, root, site)
-    splits: dict[str, dict[str, Any]] = {}
+    warnings: list[DataWarning] = []
+    splits: dict[str, _SplitTally] = {}
     shapes: set[tuple[int, ...]] = set()
     stats = _Stats()
-    n_slices = 0
-    with_fg = np.zeros(len(structures))
-    fg_fraction = np.zeros(len(structures))
+    coverage = _Coverage(structures)
     for rec in records:
-        split = rec.split or "all"
-        entry = splits.setdefault(split, {"images": 0, "cases": set(), "slices": 0})
-        entry["images"] += 1
-        entry["cases"].add(rec.case_id)
+        tally = splits.setdefault(rec.split or "all", _SplitTally(structures))
+        tally.images += 1
+        tally.cases.add(rec.case_id)
         try:
             d = read_record(layout, rec)
         except DataError as e:
             problems.append(e)
             continue
+        warnings += d.warnings
         shapes.add(d.shape)
         stats.add(d.image)
-        n = d.labels.shape[0]
-        entry["slices"] += n
-        n_slices += n
-        per_slice = d.labels.reshape(n, len(structures), -1)
-        with_fg += per_slice.any(axis=2).sum(axis=0)
-        fg_fraction += per_slice.mean(axis=2).sum(axis=0)
-    for entry in splits.values():
-        entry["cases"] = len(entry["cases"])
-    labels = {
-        name: {
-            "with_foreground": float(with_fg[i] / n_slices) if n_slices else None,
-            "mean_fraction": float(fg_fraction[i] / n_slices) if n_slices else None,
-        }
-        for i, name in enumerate(structures)
-    }
+        tally.add(d.labels)
+        coverage.add(d.labels)
+    for split, tally in splits.items():
+        warnings += foreground_warnings(layout, site, split, tally.share())
     return {
-        "splits": dict(sorted(splits.items(), key=lambda kv: _SPLIT_ORDER.get(kv[0], 9))),
+        "splits": {k: v.counts() for k, v in sorted(splits.items(), key=lambda kv: _SPLIT_ORDER.get(kv[0], 9))},
         "image_shapes": sorted(shapes),
         "intensity": stats.result(),
-        "labels": labels,
+        "labels": coverage.result(),
         "problems": [str(p) for p in problems],
+        "warnings": [str(w) for w in warnings],
     }
 
 
 def check_data(layout: str, root: Path, sites: list[str] | None = None, task: str | None = None) -> dict[str, Any]:
     """Inspect a data folder read-only and report counts, sizes, intensities, label coverage and every problem.
+
+    A problem at one site (even a folder the OS refuses to list) is that site's problem: the other sites are still
+    checked. Warnings (an implausible foreground share, an oversized image) are listed apart and do not fail the check.
 
     Args:
         layout: one of the layouts in :mod:`feddg.data.layouts`.
@@ -107,14 +155,17 @@ def check_data(layout: str, root: Path, sites: list[str] | None = None, task: st
         task: the expected task; a layout of another task is reported as a problem. None: the layout's own task.
 
     Returns:
-        ``{"layout", "root", "task", "ok": bool, "problems": [str, ...] (all sites), "sites": {site: {
-        "splits": {split: {"images": files/volumes, "cases": distinct cases, "slices": 2D slices}},
-        "image_shapes": [stored shape, ...], "intensity": {"min", "max", "mean", "std"} | None,
+        ``{"layout", "root", "task", "ok": bool, "problems": [str, ...] (all sites), "warnings": [str, ...] (all
+        sites), "sites": {site: {"splits": {split: {"images": files/volumes, "cases": distinct cases, "slices": 2D
+        slices}}, "image_shapes": [stored shape, ...], "intensity": {"min", "max", "mean", "std"} | None,
         "labels": {structure: {"with_foreground": share of 2D slices containing it, "mean_fraction": mean share of
-        its pixels}}, "problems": [str, ...]}}}``. Split ``"all"`` stands for layouts without split folders.
+        its pixels}}, "problems": [str, ...], "warnings": [str, ...]}}}``. Split ``"all"`` stands for layouts without
+        split folders.
     """
     root = Path(root)
-    report: dict[str, Any] = {"layout": layout, "root": str(root), "task": task, "sites": {}, "problems": []}
+    report: dict[str, Any] = {
+        "layout": layout, "root": str(root), "task": task, "sites": {}, "problems": [], "warnings": [],
+    }
     try:
         spec = layout_spec(layout)
     except DataError as e:
@@ -125,11 +176,12 @@ def check_data(layout: str, root: Path, sites: list[str] | None = None, task: st
         report["problems"].append(str(DataError(f"layout {layout!r} holds {spec.task} data, not {task!r} data")))
     report["task"] = spec.task
     if sites is None:
-        if not root.is_dir():
-            report["problems"].append(str(DataError("data root folder does not exist", paths=[root])))
+        try:
+            sites = site_folders(root)
+        except DataError as e:
+            report["problems"].append(str(e))
             sites = []
         else:
-            sites = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
             if not sites:
                 report["problems"].append(str(DataError("data root has no site folders", paths=[root])))
     structures = TASKS[spec.task][1]
@@ -137,6 +189,7 @@ def check_data(layout: str, root: Path, sites: list[str] | None = None, task: st
         site_report = _check_site(layout, root, site, structures)
         report["sites"][site] = site_report
         report["problems"] += site_report["problems"]
+        report["warnings"] += site_report["warnings"]
     report["ok"] = not report["problems"]
     return report
 
@@ -150,7 +203,7 @@ def _pct(x: float | None) -> str:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """A plain-text table of a :func:`check_data` report, then the list of problems."""
+    """A plain-text table of a :func:`check_data` report, then the warnings and the problems, each under a heading."""
     lines = [f"data check: layout {report['layout']}, task {report['task']}, root {report['root']}"]
     header = ["site", "split", "images", "cases", "slices", "shapes", "min", "max", "mean", "std", "labels"]
     rows = [header]
@@ -174,6 +227,9 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
         if j == 0:
             lines.append("  ".join("-" * w for w in widths))
+    if report.get("warnings"):
+        lines.append(f"{len(report['warnings'])} warning(s) (suspicious but usable data, not counted as problems):")
+        lines += [f"  - {w}" for w in report["warnings"]]
     if report["problems"]:
         lines.append(f"{len(report['problems'])} problem(s):")
         lines += [f"  - {p}" for p in report["problems"]]

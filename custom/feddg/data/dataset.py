@@ -20,6 +20,7 @@ Preprocessing choices (the papers leave them open or describe them in one senten
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,10 +30,12 @@ import torch
 import torch.nn.functional as F
 
 from ..config import DataConfig
-from .errors import DataError
-from .layouts import CaseRecord, Decoded, LayoutSpec, discover_site, layout_spec, read_record
+from .errors import DataError, DataWarning
+from .layouts import CaseRecord, Decoded, LayoutSpec, discover_site, foreground_warnings, layout_spec, read_record
 
 SPLITS = ("train", "val", "test")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -211,6 +214,7 @@ def build_slice_set(records: list[CaseRecord], cfg: DataConfig, spec: LayoutSpec
     spacing: dict[str, tuple[float, float, float]] | None = {} if spec.volumes else None
     for rec in records:
         d = read_record(spec.name, rec)
+        _log_warnings(d.warnings)
         img, lab, sp = preprocess(d, spec, cfg.image_size, cfg.zscore)
         cid = _qualified_case_id(rec)
         images.append(img)
@@ -227,6 +231,19 @@ def build_slice_set(records: list[CaseRecord], cfg: DataConfig, spec: LayoutSpec
         np.concatenate(slices).astype(np.int64),
         spacing,
     )
+
+
+def _log_warnings(warnings: list[DataWarning]) -> None:
+    for w in warnings:
+        logger.warning("suspicious data: %s", w)
+
+
+def _warn_implausible_foreground(out: dict[str, SliceSet], cfg: DataConfig, site: str) -> None:
+    """Log the data check's foreground warning for each split (see :func:`feddg.data.layouts.foreground_warnings`)."""
+    for split, s in out.items():
+        if len(s):
+            share = s.labels.mean(axis=(0, 2, 3), dtype=np.float64)
+            _log_warnings(foreground_warnings(cfg.layout, site, split, dict(zip(cfg.label_names, share.tolist()))))
 
 
 def drop_empty(s: SliceSet) -> SliceSet:
@@ -247,8 +264,12 @@ def load_site(cfg: DataConfig, site: str) -> dict[str, SliceSet]:
     """Load one site: ``{"train", "val", "test"}`` -> SliceSet (all three keys, possibly empty).
 
     Raises DataError before returning anything for: an unknown site, a layout that does not match the task, any
-    discovery problem (missing folders, unpaired files) and any decoding problem (corrupt file, shape mismatch,
-    mask values outside the encoding, NaN/Inf pixels).
+    discovery problem (missing folders, unpaired files, symbolic links that cannot be followed, folders or files the
+    OS refuses to read) and any decoding problem (see :func:`feddg.data.layouts.read_record`: corrupt file, shape or
+    geometry mismatch, mask values outside the encoding, NaN/Inf voxels, ...).
+
+    Logs a warning (logger ``feddg.data.dataset``) naming the site for suspicious but usable data: a split whose
+    foreground share is implausible for the task (an inverted mask), an image reduced from above the size cap.
     """
     if site not in cfg.sites:
         raise DataError(f"unknown site {site!r}; the configured sites are {list(cfg.sites)}", site=site)
@@ -261,6 +282,7 @@ def load_site(cfg: DataConfig, site: str) -> dict[str, SliceSet]:
     records = discover_site(cfg.layout, root, site)
     groups = assign_splits(records, cfg, site)
     out = {name: build_slice_set(groups[name], cfg, spec, site) for name in SPLITS}
+    _warn_implausible_foreground(out, cfg, site)
     if not cfg.train_empty_slices:
         out["train"] = drop_empty(out["train"])  # evaluation keeps every slice
     return out
