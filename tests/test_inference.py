@@ -17,22 +17,116 @@ from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
 
 
-def save_checkpoint(path, exp):
-    """The format NVFlare's PTFileModelPersistor writes, with the job's configuration in train_conf."""
-    model = build_model(config_from_dict(exp))
-    torch.save({"model": dict(model.state_dict()),
-                "train_conf": {"train": {"model": "FedDGUNet", "feddg_config": exp}}}, path)
+def save_checkpoint(path, exp, meta=None, state=None):
+    """The format NVFlare's PTFileModelPersistor writes (FedDGModelPersistor): the weights under ``model``, the
+    job's configuration in ``train_conf``, and the model's metadata (the workflow's run and round) in
+    ``meta_props``. ``state``: other weights than those of ``exp``'s network."""
+    if state is None:
+        state = dict(build_model(config_from_dict(exp)).state_dict())
+    saved = {"model": state, "train_conf": {"train": {"model": "FedDGUNet", "feddg_config": exp}}}
+    if meta:
+        saved["meta_props"] = meta
+    torch.save(saved, path)
     return path
 
 
-def test_not_a_checkpoint_is_a_clear_error(tmp_path):
+def _poisoned(value):
+    """(weights with ``value`` in the third tensor of a tiny prostate network, that tensor's name)."""
+    state = dict(build_model(config_from_dict(tiny_experiment("prostate"))).state_dict())
+    name = list(state)[2]
+    state[name] = state[name].clone()
+    state[name].view(-1)[1] = value
+    return state, name
+
+
+def _other_network():
+    exp = tiny_experiment("prostate")
+    exp["model"]["bin_levels"] = 3  # BIN-Net: other parameter names
+    return dict(build_model(config_from_dict(exp)).state_dict())
+
+
+def _wider_network():
+    exp = tiny_experiment("prostate")
+    exp["model"]["features"] = [16, 16, 32, 64, 128, 16]  # same names, other shapes
+    return dict(build_model(config_from_dict(exp)).state_dict())
+
+
+def _write(content):
+    def write(path):
+        path.write_bytes(content)
+    return write
+
+
+def _checkpoint(**kw):
+    def write(path):
+        exp = kw.pop("exp", None) or tiny_experiment("prostate")
+        state = kw.get("state")
+        save_checkpoint(path, exp, state=state() if callable(state) else state)
+    return write
+
+
+def _unknown_config_key(path):
+    exp = tiny_experiment("prostate")
+    state = dict(build_model(config_from_dict(exp)).state_dict())
+    exp["data"]["colour"] = "red"
+    save_checkpoint(path, exp, state=state)
+
+
+@pytest.mark.parametrize("write, message", [
+    (_write(b""), r"model\.pt: the file is empty \(0 bytes\)"),
+    (_write(b"epoch,dice\n1,0.5\n"), r"model\.pt: not a PyTorch checkpoint \(the file starts with b'epoch,di'"),
+    (_write(b"PK\x03\x04 cut short"), r"model\.pt: cannot read the model checkpoint, the file is damaged"),
+    (lambda path: torch.save({"weights": {}}, path), r"model\.pt: not a FedDG checkpoint"),
+    (lambda path: torch.save({"model": [1, 2], "train_conf": {"train": {"feddg_config": {}}}}, path),
+     r"model\.pt: not a FedDG checkpoint"),
+    (_unknown_config_key, r"model\.pt: the configuration stored in the checkpoint is not valid: data\.colour: "
+                          r"unknown key"),
+    (_checkpoint(state=_other_network), r"model\.pt: the weights do not fit: parameter names do not match the "
+                                        r"network of its stored configuration: \d+ missing \['[^']+', '[^']+', "
+                                        r"'[^']+', \.\.\.\], \d+ unexpected \['[^']+', '[^']+', '[^']+', \.\.\.\]$"),
+    (_checkpoint(state=lambda: {k: v for k, v in list(_wider_network().items())[:-2]}),
+     r"model\.pt: the weights do not fit: parameter names do not match the network of its stored configuration: "
+     r"2 missing \['[^']+', '[^']+'\]$"),
+    (_checkpoint(state=_wider_network),
+     r"model\.pt: the weights do not fit: parameter '[^']+' has shape \(16, 1, 3, 3\), the network of its stored "
+     r"configuration has \(8, 1, 3, 3\)"),
+    (_checkpoint(state=lambda: _poisoned(float("nan"))[0]),
+     r"model\.pt: the weights do not fit: parameter '.+' holds NaN or infinite values"),
+    (_checkpoint(state=lambda: _poisoned(float("inf"))[0]),
+     r"model\.pt: the weights do not fit: parameter '.+' holds NaN or infinite values"),
+], ids=["empty", "text", "damaged-zip", "no-model", "model-not-a-mapping", "unknown-config-key", "other-network",
+        "missing-weights", "other-shapes", "nan", "inf"])
+def test_a_bad_checkpoint_is_refused_in_one_line_naming_the_file(tmp_path, write, message):
     bad = tmp_path / "model.pt"
-    bad.write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="model.pt: cannot read"):
+    write(bad)
+    with pytest.raises(ValueError, match=message) as refused:
         load_checkpoint(bad)
-    torch.save({"weights": {}}, bad)
-    with pytest.raises(ValueError, match="not a FedDG checkpoint"):
-        load_checkpoint(bad)
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 600
+
+
+def test_the_first_non_finite_tensor_is_named(tmp_path):
+    state, name = _poisoned(float("nan"))
+    ckpt = save_checkpoint(tmp_path / "m.pt", tiny_experiment("prostate"), state=state)
+    with pytest.raises(ValueError, match=f"parameter {name!r} holds NaN"):
+        load_checkpoint(ckpt)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "segment"])
+def test_commands_refuse_a_non_finite_checkpoint_before_writing_anything(tmp_path, synthetic_root, capsys, command):
+    state, name = _poisoned(float("inf"))
+    ckpt = save_checkpoint(tmp_path / "m.pt", tiny_experiment("prostate"), state=state)
+    if command == "evaluate":
+        argv = ["evaluate", "--model", str(ckpt), "--data-root", str(synthetic_root["prostate"]), "--sites", "RUNMC",
+                "--overlays", str(tmp_path / "out"), "--json", str(tmp_path / "out" / "m.json")]
+    else:
+        scans = tmp_path / "scans"
+        scans.mkdir()
+        nib.save(nib.Nifti1Image(np.ones((32, 32, 3), np.float32), np.eye(4)), scans / "a.nii.gz")
+        argv = ["segment", "--model", str(ckpt), "--out", str(tmp_path / "out"), str(scans)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"feddg {command}: error: {ckpt}: the weights do not fit: parameter {name!r} holds NaN" in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_evaluate_command_prints_the_table_and_writes_overlays(tmp_path, synthetic_root, capsys):
@@ -53,8 +147,33 @@ def test_evaluate_command_prints_the_table_and_writes_overlays(tmp_path, synthet
 def test_evaluate_unknown_site_names_it(tmp_path, synthetic_root, capsys):
     ckpt = save_checkpoint(tmp_path / "best.pt", tiny_experiment("prostate"))
     code = main(["evaluate", "--model", str(ckpt), "--data-root", str(synthetic_root["prostate"]), "--sites", "NOPE"])
-    assert code == 2
-    assert "NOPE" in capsys.readouterr().err
+    assert code == 1
+    assert "site NOPE: " in capsys.readouterr().err
+
+
+def test_evaluate_scores_every_good_site_and_lists_the_broken_one(tmp_path, synthetic_root, capsys):
+    """One site with a damaged scan: the other site gets its table rows, overlays and JSON entry, the broken one is
+    listed at the end (stderr and JSON), and the exit code says that not everything was scored."""
+    import shutil
+
+    root = tmp_path / "data"
+    for site in ("BMC", "RUNMC"):
+        shutil.copytree(synthetic_root["prostate"] / site, root / site)
+    (root / "BMC" / "Case01.nii.gz").write_bytes(b"truncated")
+    ckpt = save_checkpoint(tmp_path / "best.pt", tiny_experiment("prostate"))
+    out_json = tmp_path / "metrics.json"
+    code = main(["evaluate", "--model", str(ckpt), "--data-root", str(root), "--sites", "BMC", "RUNMC",
+                 "--overlays", str(tmp_path / "overlays"), "--json", str(out_json)])
+    assert code == 1
+    captured = capsys.readouterr()
+    assert "RUNMC" in captured.out and "BMC" not in captured.out
+    failures = captured.err.strip().splitlines()
+    assert failures[0] == "1 of 2 site(s) failed; the others are done:"
+    assert failures[1].startswith("  site BMC: ") and "Case01.nii.gz" in failures[1] and len(failures) == 2
+    saved = json.loads(out_json.read_text())
+    assert {r["site"] for r in saved["table"]} == {"RUNMC"} and list(saved["sites"]) == ["RUNMC"]
+    assert list(saved["failed_sites"]) == ["BMC"] and "Case01.nii.gz" in saved["failed_sites"]["BMC"]
+    assert len(list((tmp_path / "overlays" / "RUNMC").glob("*.png"))) == 3 * 4
 
 
 @pytest.mark.parametrize("axcodes_flip", [(1, 1, 1), (-1, 1, -1)])

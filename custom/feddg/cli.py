@@ -10,6 +10,9 @@
     feddg install-policy  install the project's site policy into provisioned startup kits
     feddg poc          rehearse a job in a local multi-site POC (prepare, start, submit, wait, download, stop)
     feddg resume-job   continue a stopped run as a new job from its last global model and round
+
+Exit status: 0 done; 1 check-data found problems, or evaluate/segment could not process some sites/scans (the
+others are done; the failures are listed at the end); 2 an error stopped the command (one line on stderr).
 """
 
 from __future__ import annotations
@@ -155,7 +158,7 @@ def _cmd_segment(args: argparse.Namespace) -> int:
     from feddg.inference import segment_scans
 
     return segment_scans(model_path=Path(args.model), inputs=[Path(p) for p in args.inputs], out_dir=Path(args.out),
-                         largest_component=args.largest_component)
+                         largest_component=args.largest_component, overwrite=args.overwrite)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -196,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", required=True)
     p.add_argument("--out", required=True, help="folder for the masks (<scan>_mask.nii.gz)")
     p.add_argument("--largest-component", action="store_true")
-    p.add_argument("inputs", nargs="+", help="NIfTI files or folders of them")
+    p.add_argument("--overwrite", action="store_true", help="replace masks that exist already in --out")
+    p.add_argument("inputs", nargs="+", help="NIfTI files or folders of them (SAML label files in them are skipped)")
     p.set_defaults(func=_cmd_segment)
 
     p = sub.add_parser("simulate", help="run a job in the NVFlare simulator (extra flags go to nvflare simulator)")

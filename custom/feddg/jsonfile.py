@@ -1,4 +1,4 @@
-"""Small JSON state files that must never be seen half-written (site state, GA history)."""
+"""Small JSON files: state that must never be seen half-written (site state, GA history), and settings read strictly."""
 
 from __future__ import annotations
 
@@ -15,6 +15,23 @@ def read_json(path: str | os.PathLike) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def read_json_object(path: str | os.PathLike) -> dict[str, Any]:
+    """The JSON object a file holds; ValueError naming the file when it cannot be read, is not JSON or holds
+    something else than an object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ValueError(f"{path}: cannot read it as JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {_JSON_KINDS.get(type(data), type(data).__name__)}")
+    return data
+
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "true/false",
+               type(None): "null"}
 
 
 def write_json(path: str | os.PathLike, data: Any, indent: int | None = None) -> None:

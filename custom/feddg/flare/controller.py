@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import uuid
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,13 @@ from feddg.report import evaluation_rows, format_table, mean_of, software_versio
 OPT_IN_HINT = 'to opt in, the site sets "share_local_model": true in its own local/feddg_site.json'
 
 
+# After every round the workflow saves the global model (through the persistor), then writes PROGRESS_FILE with the
+# rounds behind it. Both carry the same run id and round count (the model in its metadata, which the persistor
+# stores with the weights as the checkpoint's ``meta_props``), so that `feddg resume-job` can tell a progress file
+# and a checkpoint of the same save from two that do not belong together.
 PROGRESS_FILE = "feddg_progress.json"
+RUN_ID = "feddg_run_id"  # model metadata key: the run that saved the model (a random id per run of the workflow)
+ROUNDS_COMPLETED = "feddg_rounds_completed"  # model metadata key: the rounds behind the saved model
 
 
 class LeaveOneSiteOutFedAvg(BaseFedAvg):
@@ -87,6 +94,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         self.aggregator: ModelAggregator | None = None
         self._best: dict[str, Any] = {"round": None, "score": -math.inf, "params": None}
         self._history: list[dict[str, Any]] = []
+        self._run_id = uuid.uuid4().hex  # job ids do not tell runs apart: every simulator run is "simulate_job"
 
     # ------------------------------------------------------------------ workflow
     def run(self) -> None:
@@ -214,10 +222,12 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
 
         model = self.update_model(model, aggregated)
         model.params = {k: _like(v, sent[k]) for k, v in model.params.items()}
+        model.meta = {**(model.meta or {}), RUN_ID: self._run_id, ROUNDS_COMPLETED: r + 1}
         self.save_model(model)
         # What a resumed job needs to know (`feddg resume-job`): the rounds behind the saved global model.
         write_json(os.path.join(self.get_run_dir(), PROGRESS_FILE),
-                   {"rounds_completed": r + 1, "total_rounds": self.num_rounds, "history": self._history})
+                   {"rounds_completed": r + 1, "total_rounds": self.num_rounds, "run_id": self._run_id,
+                    "history": self._history})
         return model
 
     # ------------------------------------------------------------------ local models for MLA

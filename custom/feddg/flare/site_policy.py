@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from feddg.jsonfile import read_json_object, write_json
+
 PACKAGE_PREFIX = "feddg."  # a package prefix must end with "." in NVFlare 2.9
 
 # Components NVFlare 2.9 itself adds to every job's configs in a POC or a provisioned deployment (streaming a
@@ -48,35 +50,43 @@ def class_allow_list(job_names: Iterable[str] | None = None) -> list[str]:
 
 
 def install_resources(local_dir: Path) -> Path:
-    """Write ``<local_dir>/resources.json`` so that it admits this project's classes.
+    """Write ``<local_dir>/resources.json`` so that it admits this project's classes
+    (:func:`resources_with_allow_list`)."""
+    path = Path(local_dir) / "resources.json"
+    _write(path, resources_with_allow_list(local_dir))
+    return path
+
+
+def resources_with_allow_list(local_dir: Path) -> dict[str, Any]:
+    """The content ``<local_dir>/resources.json`` should have so that it admits this project's classes; writes
+    nothing.
 
     An existing ``resources.json`` keeps its settings and its own allow-list entries, extended with ours. Without
     one, NVFlare's ``resources.json.default`` of a startup kit is the base (its resource manager and other
-    components stay), with its generic allow-list replaced by exactly this project's."""
+    components stay), with its generic allow-list replaced by exactly this project's. ValueError naming the file
+    when the one read is not a JSON object with an allow-list and components of the right kind."""
     local_dir = Path(local_dir)
-    local_dir.mkdir(parents=True, exist_ok=True)
     path = local_dir / "resources.json"
     default = local_dir / "resources.json.default"
     resources: dict[str, Any] = {"format_version": 2}
     allow: list[str] = []
     if path.exists():
-        resources = _read_object(path)
-        allow = list(resources.get("class_allow_list", []))
+        resources = read_json_object(path)
+        allow = resources.get("class_allow_list", [])
+        if not isinstance(allow, list):
+            raise ValueError(f"{path}: class_allow_list must be a list of class names, got {type(allow).__name__}")
+        allow = list(allow)
     elif default.exists():
-        resources = _read_object(default)
+        resources = read_json_object(default)
+    components = resources.get("components", [])
+    if not isinstance(components, list) or not all(isinstance(c, dict) for c in components):
+        read = path if path.exists() else default
+        raise ValueError(f"{read}: components must be a list of JSON objects")
     for entry in class_allow_list():
         if entry not in allow:
             allow.append(entry)
     resources["class_allow_list"] = allow
-    path.write_text(json.dumps(resources, indent=2) + "\n")
-    return path
-
-
-def _read_object(path: Path) -> dict[str, Any]:
-    data = json.loads(path.read_text())
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object")
-    return data
+    return resources
 
 
 # ---------------------------------------------------------------------------------------------------- full policy
@@ -150,7 +160,7 @@ def detect_gpus() -> tuple[int, int]:
 def set_gpus(resources: dict[str, Any], num_gpus: int, mem_per_gpu_gib: int) -> None:
     """Name the site's GPUs in NVFlare's GPU resource manager (``num_of_gpus: 0`` on CPU-only hosts)."""
     for component in resources.get("components", []):
-        if component.get("path", "").endswith("GPUResourceManager"):
+        if str(component.get("path", "")).endswith("GPUResourceManager"):
             component.setdefault("args", {}).update(num_of_gpus=int(num_gpus), mem_per_gpu_in_GiB=int(mem_per_gpu_gib))
 
 
@@ -169,7 +179,11 @@ def install_site_policy(kit: Path, num_gpus: int | None = None, mem_per_gpu_gib:
 
     Server and clients: ``resources.json`` (allow-list; on clients the GPUs, auto-detected on this machine when
     ``num_gpus`` is None) and ``authorization.json``. Clients also: ``privacy.json`` and, when absent, a
-    ``feddg_site.json.sample`` to copy and edit. Returns the files written."""
+    ``feddg_site.json.sample`` to copy and edit. Returns the files written.
+
+    Every file of every kit is read and checked before the first one is written, so a kit with a broken file
+    (a ``resources.json`` that is not a JSON object, ...) leaves all kits as they were; the error names the file
+    (and with it the kit). Each file is replaced atomically (:func:`feddg.jsonfile.write_json`)."""
     kit = Path(kit)
     kits = [kit] if _kind(kit) else sorted(p for p in kit.iterdir() if p.is_dir() and _kind(p))
     if not kits:
@@ -178,23 +192,21 @@ def install_site_policy(kit: Path, num_gpus: int | None = None, mem_per_gpu_gib:
     if num_gpus is None:
         num_gpus, detected_mem = detect_gpus()
         mem_per_gpu_gib = detected_mem if mem_per_gpu_gib is None else mem_per_gpu_gib
-    written = []
+    files: dict[Path, Any] = {}  # every file of every kit, with its new content
     for participant in kits:
         local = participant / "local"
-        path = install_resources(local)
+        resources = resources_with_allow_list(local)
         if _kind(participant) == "client":
-            resources = _read_object(path)
             set_gpus(resources, num_gpus, mem_per_gpu_gib or 0)
-            path.write_text(json.dumps(resources, indent=2) + "\n")
-            written.append(_write(local / "privacy.json", client_privacy(max_amplitude_images)))
-            sample = local / "feddg_site.json.sample"
+            files[local / "privacy.json"] = client_privacy(max_amplitude_images)
             if not (local / "feddg_site.json").exists():
-                written.append(_write(sample, {"amplitude_bank_images": None, "share_local_model": False}))
-        written += [path, _write(local / "authorization.json", authorization())]
-    return written
+                files[local / "feddg_site.json.sample"] = {"amplitude_bank_images": None, "share_local_model": False}
+        files[local / "resources.json"] = resources
+        files[local / "authorization.json"] = authorization()
+    return [_write(path, content) for path, content in files.items()]
 
 
 def _write(path: Path, obj: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2) + "\n")
+    write_json(path, obj, indent=2)
     return path
