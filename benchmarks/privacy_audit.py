@@ -3,7 +3,7 @@
     python benchmarks/privacy_audit.py [--size 64 384] [--iterations 1000] [--restarts 4] [--data DIR]
 
 For each real sample image (12 prostate slices, 8 fundus images in ../shared/data/midss-samples), runs Fienup's
-HIO+ER phase retrieval (feddg.privacy_audit) against what the server receives in
+HIO+ER phase retrieval (benchmarks/phase_retrieval_attack.py) against what the server receives in
 
 * ``full``: the paper's design, the whole amplitude spectrum (H x W values per channel), and
 * ``window``: this project's design, the centred (2b+1) x (2b+1) low-frequency window, b = max(floor(alpha H), 1),
@@ -41,7 +41,8 @@ import numpy as np
 from PIL import Image
 
 from feddg.data.dataset import crop_square, resize_images
-from feddg.privacy_audit import format_table, run_audit, summarize, synthetic_phantom
+
+from phase_retrieval_attack import format_table, run_audit, summarize, synthetic_phantom  # next to this script
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

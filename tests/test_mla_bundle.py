@@ -10,14 +10,9 @@ import pytest
 import torch
 
 from feddg.config import config_from_dict
-from feddg.methods.mla import (
-    DomainAttention,
-    build_feature_encoder,
-    combine_state_dicts,
-    encode,
-    global_model_encoder,
-    train_domain_attention,
-)
+from feddg.methods.mla.attention import DomainAttention, train_domain_attention
+from feddg.methods.mla.combination import combine_state_dicts
+from feddg.methods.mla.encoders import build_feature_encoder, encode, global_model_encoder
 from feddg.mla_bundle import MANIFEST, MLABundle, load_bundle, save_bundle
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment

@@ -1,5 +1,5 @@
-"""Privacy audit of the ELCFS amplitude payload (feddg.privacy_audit): the attack is real, the window leaks no more
-than a guess, and the score handles the phase-retrieval ambiguities.
+"""Privacy audit of the ELCFS amplitude payload (benchmarks/phase_retrieval_attack.py): the attack is real, the
+window leaks no more than a guess, and the score handles the phase-retrieval ambiguities.
 
 Thresholds come from measurements (benchmarks/privacy_audit.py, 64 px, 1000 iterations x 4 restarts, seed 0):
 
@@ -21,9 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from feddg.data.dataset import resize_images
-from feddg.methods.frequency import amplitude_window, window_half_widths
-from feddg.privacy_audit import (
+from benchmarks.phase_retrieval_attack import (
     attack_full_spectrum,
     attack_window,
     centred_support,
@@ -33,6 +31,8 @@ from feddg.privacy_audit import (
     summarize,
     synthetic_phantom,
 )
+from feddg.data.dataset import resize_images
+from feddg.methods.frequency import amplitude_window, window_half_widths
 
 SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "midss-samples"
 

@@ -39,16 +39,9 @@ from feddg.config import FedDGConfig, config_from_dict
 from feddg.data.dataset import SliceSet
 from feddg.evaluation import evaluate_sliceset, predict_logits, score_logits
 from feddg.jsonfile import write_json
-from feddg.methods.mla import (
-    MODES,
-    DomainAttention,
-    GlobalModelEncoder,
-    RandomEncoder,
-    attention_weights,
-    check_state_dicts,
-    combine_state_dicts,
-    encode,
-)
+from feddg.methods.mla.attention import MODES, DomainAttention, attention_weights
+from feddg.methods.mla.combination import check_state_dicts, combine_state_dicts
+from feddg.methods.mla.encoders import GlobalModelEncoder, RandomEncoder, encode
 from feddg.nets.unet import build_model
 
 FORMAT = "feddg-mla-bundle"
@@ -89,7 +82,7 @@ def save_bundle(
         encoder: the shared encoder the feature bank was computed with.
         attention: the trained DAM; its output i is ``site_order[i]``.
         config: the experiment configuration (a FedDGConfig or its ``to_dict()``); the network is built from it.
-        site_order: the DAM's site order (as :func:`~feddg.methods.mla.train_domain_attention` returns it);
+        site_order: the DAM's site order (as :func:`~feddg.methods.mla.attention.train_domain_attention` returns it);
             default: the order of ``local_models``. Must name exactly the sites of ``local_models``.
         attention_mode: the default mode written into the manifest, "mean" or "per_image".
         overwrite: replace an existing bundle in ``path`` (otherwise a folder with a manifest is refused).

@@ -27,6 +27,7 @@ from feddg.data.synthetic import (
     PROSTATE_STYLES,
     ensure_synthetic,
     generate,
+    prostate,
 )
 
 SMALL = SyntheticConfig(seed=3, cases_per_site=2, slices_per_case=5, size=32)
@@ -331,7 +332,7 @@ def test_ensure_synthetic_concurrent_processes(tmp_path):
 
 def test_failed_generation_leaves_no_cache_folder(tmp_path, monkeypatch):
     written = []
-    real_write = synthetic._write_nifti
+    real_write = prostate._write_nifti
 
     def failing_write(*a, **k):
         if len(written) == 3:
@@ -339,13 +340,13 @@ def test_failed_generation_leaves_no_cache_folder(tmp_path, monkeypatch):
         written.append(1)
         return real_write(*a, **k)
 
-    monkeypatch.setattr(synthetic, "_write_nifti", failing_write)
+    monkeypatch.setattr(prostate, "_write_nifti", failing_write)
     cfg = _data_cfg(tmp_path)
     with pytest.raises(RuntimeError, match="simulated"):
         ensure_synthetic(cfg)
     assert len(written) == 3  # it did fail midway, after writing some files
     assert _cache_entries(tmp_path) == []  # neither the final nor the temporary folder
-    monkeypatch.setattr(synthetic, "_write_nifti", real_write)
+    monkeypatch.setattr(prostate, "_write_nifti", real_write)
     root = ensure_synthetic(cfg)
     assert (root / MARKER).is_file() and _cache_entries(tmp_path) == [root.name]
 

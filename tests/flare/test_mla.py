@@ -31,7 +31,8 @@ from feddg.flare.payloads import (
     feature_request_dxo,
     mla_bundle_dxo,
 )
-from feddg.methods.mla import build_feature_encoder, encode, train_domain_attention
+from feddg.methods.mla.attention import train_domain_attention
+from feddg.methods.mla.encoders import build_feature_encoder, encode
 from feddg.mla_bundle import bundle_to_payload, load_bundle, save_bundle
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment

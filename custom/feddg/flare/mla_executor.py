@@ -8,7 +8,7 @@ Tasks, on top of :class:`feddg.flare.executor.FedDGExecutor`'s ``train`` and ``e
   * ``mla_features``: in (DXO ``MLA_ENCODER``), the shared encoder of Eq. (2): the recipe of the seeded random CNN
     (kind, seed, sizes: the site builds the identical network itself) or the final global model's weights (the
     site uses its encoder). Out (DXO ``FEATURE_MATRIX``): one float32 feature vector per training image, nothing
-    else (:func:`feddg.methods.mla.encode`: the encoder + global average pooling, on the images as the network
+    else (:func:`feddg.methods.mla.encoders.encode`: the encoder + global average pooling, on the images as the network
     receives them). All training images, or a seeded random subset of ``max_images`` (the job's
     ``mla.feature_images``). The unseen site refuses it.
   * ``mla_evaluate``: in (DXO ``MLA_BUNDLE``), the MLA bundle (local models, encoder, attention module), checked as
@@ -40,7 +40,7 @@ from feddg.flare.payloads import (
     feature_matrix_dxo,
 )
 from feddg.flare.site_config import SiteConfigError, load_site_config
-from feddg.methods.mla import build_feature_encoder, encode, global_model_encoder
+from feddg.methods.mla.encoders import build_feature_encoder, encode, global_model_encoder
 from feddg.mla_bundle import bundle_from_payload, evaluate_with_bundle
 
 MLA_MODEL_NAME = "mla"

@@ -15,7 +15,7 @@ List it in ``workflows`` after :class:`feddg.flare.controller.LeaveOneSiteOutFed
 3. The server checks each matrix (:func:`feddg.flare.payloads.check_feature_payload`). A site that sent no valid
    features is left out of the DAM with a warning, and its local model out of the combination. With fewer than
    two usable sites MLA is skipped with a message that says why; the job still succeeds with its FedAvg results.
-4. The DAM is trained on the bank (:func:`feddg.methods.mla.train_domain_attention`, ``mla.attention_*``); its
+4. The DAM is trained on the bank (:func:`feddg.methods.mla.attention.train_domain_attention`, ``mla.attention_*``); its
    accuracy on the bank (overall and per site) goes to the log and the report. The MLA bundle (local models,
    encoder, DAM; :func:`feddg.mla_bundle.save_bundle`) is written to ``<run folder>/mla_bundle/``, which
    ``nvflare job download`` and the simulator workspace contain.
@@ -57,7 +57,8 @@ from feddg.flare.local_models import LOCAL_MODELS_DIR, LocalModelStore
 from feddg.flare.mla_executor import MLA_MODEL_NAME
 from feddg.flare.payloads import PayloadRejected, check_feature_payload, feature_request_dxo, mla_bundle_dxo
 from feddg.jsonfile import read_json
-from feddg.methods.mla import build_feature_encoder, global_model_encoder, train_domain_attention
+from feddg.methods.mla.attention import train_domain_attention
+from feddg.methods.mla.encoders import build_feature_encoder, global_model_encoder
 from feddg.mla_bundle import bundle_to_payload, load_bundle, save_bundle
 from feddg.nets.unet import build_model
 from feddg.report import compare_models, evaluation_rows, format_table, write_report

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from nvflare.apis.dxo import DXO, MetaKey
 
-from feddg.methods.mla import check_feature_matrix
+from feddg.methods.mla.features import check_feature_matrix
 from nvflare.apis.shareable import ReservedHeaderKey, Shareable
 
 AMPLITUDE_WINDOW = "AMPLITUDE_WINDOW"

@@ -9,9 +9,12 @@ and, when there is more than one group, stops before the first round naming ever
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 import json
+import pkgutil
 from collections.abc import Mapping
+from types import ModuleType
 
 import feddg
 from feddg.config import FedDGConfig
@@ -22,15 +25,24 @@ HASH_KEY = "preprocessing_hash"
 _LOCATION_FIELDS = ("root", "cache_dir")
 
 
-def preprocessing_hash(cfg: FedDGConfig) -> str:
-    """sha256 (first 16 hex digits) of the preprocessing settings and the preprocessing code."""
+def preprocessing_modules() -> list[ModuleType]:
+    """The modules whose source goes into the hash, in a fixed order: the loader, the layouts, then the synthetic
+    generator's package and every module in it (by name), so that editing any of them changes the hash."""
     from feddg.data import dataset, layouts, synthetic
 
+    generator = [importlib.import_module(f"{synthetic.__name__}.{info.name}")
+                 for info in sorted(pkgutil.iter_modules(synthetic.__path__), key=lambda info: info.name)]
+    return [dataset, layouts, synthetic, *generator]
+
+
+def preprocessing_hash(cfg: FedDGConfig) -> str:
+    """sha256 (first 16 hex digits) of the preprocessing settings and the preprocessing code
+    (:func:`preprocessing_modules`)."""
     data = {k: v for k, v in cfg.data.model_dump().items() if k not in _LOCATION_FIELDS}
     if cfg.data.root is not None:
         data.pop("synthetic")  # only used when the synthetic default is generated
     h = hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode())
-    for module in (dataset, layouts, synthetic):
+    for module in preprocessing_modules():
         h.update(inspect.getsource(module).encode())
     return h.hexdigest()[:16]
 

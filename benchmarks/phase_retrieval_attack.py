@@ -1,4 +1,7 @@
-"""Privacy audit of the ELCFS amplitude payload: what an honest-but-curious server can rebuild from it.
+"""Phase-retrieval attack on the ELCFS amplitude payload: what an honest-but-curious server can rebuild from it.
+
+Run on the real sample images by ``python benchmarks/privacy_audit.py``; its thresholds are checked by
+tests/test_privacy_audit.py. Not part of the ``feddg`` package: no site or server runs it.
 
 ELCFS (Liu et al., CVPR 2021, section 3.2) shares amplitude spectra |FFT2(x)| of each site's images and keeps the
 phase local, arguing that "the raw images cannot be reconstructed with the amplitude spectrum alone". That is a
