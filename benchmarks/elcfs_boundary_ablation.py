@@ -22,7 +22,8 @@ from feddg.evaluation import evaluate_sliceset, mean_dice
 from feddg.jobs import experiment
 from feddg.methods.boundary import boundary_loss
 from feddg.methods.episodic import train_episodic
-from feddg.methods.frequency import amplitude_window, window_half_widths
+from feddg.flare.payloads import amplitude_half_widths
+from feddg.methods.frequency import amplitude_window
 from feddg.nets.unet import build_model, select_device
 from feddg.training import iterate_batches, segmentation_loss, train_epochs
 
@@ -38,7 +39,7 @@ def main() -> None:
     device = select_device()
     data = load_site(cfg.data, args.site)
     size = cfg.data.image_size
-    hw = window_half_widths(size, size, cfg.elcfs.alpha, cfg.elcfs.min_half_width)
+    hw = amplitude_half_widths(cfg)
     bank = {s: torch.as_tensor(amplitude_window(load_site(cfg.data, s)["train"].images, hw), device=device)
             for s in cfg.data.train_sites if s != args.site}
     unseen = load_site(cfg.data, cfg.data.unseen_site)["test"]

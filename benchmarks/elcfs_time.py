@@ -23,7 +23,8 @@ from feddg.data.dataset import load_site, make_loader
 from feddg.jobs import experiment
 from feddg.methods.boundary import boundary_loss
 from feddg.methods.episodic import train_episodic, transformed_views
-from feddg.methods.frequency import amplitude_window, window_half_widths
+from feddg.flare.payloads import amplitude_half_widths
+from feddg.methods.frequency import amplitude_window
 from feddg.nets.unet import build_model, select_device
 from feddg.training import segmentation_loss, train_epochs
 
@@ -42,7 +43,7 @@ def main() -> None:
     site = args.site or sites[0]
     data = load_site(cfg.data, site)["train"]
     size = cfg.data.image_size
-    hw = window_half_widths(size, size, cfg.elcfs.alpha, cfg.elcfs.min_half_width)
+    hw = amplitude_half_widths(cfg)
     bank = {s: torch.as_tensor(amplitude_window(load_site(cfg.data, s)["train"].images, hw), device=device)
             for s in sites if s != site}
     loader = make_loader(data, cfg.train.batch_size, shuffle=True, augment=False, seed=0)

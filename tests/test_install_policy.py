@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
 from feddg.cli import main
-from feddg.flare.site_policy import PACKAGE_PREFIX, install_site_policy
+from feddg.flare.site_policy import PACKAGE_PREFIX, EgressLimits, client_privacy, install_site_policy
 
 DEFAULT_RESOURCES = {"format_version": 2, "components": [
     {"id": "resource_manager", "path": "nvflare.app_common.resource_managers.gpu_resource_manager.GPUResourceManager",
@@ -61,3 +63,29 @@ def test_a_good_deployment_is_installed_in_every_kit_and_nothing_temporary_stays
         assert (prod / site / "local" / "privacy.json").exists()
     assert not (prod / "server1" / "local" / "privacy.json").exists()
     assert not [p for p in prod.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_the_egress_limits_are_options_written_into_every_client_kit(tmp_path):
+    prod = _deployment(tmp_path)
+    assert main(["install-policy", str(prod), "--gpus", "0", "--max-half-width", "4", "--max-amplitude-images",
+                 "200", "--max-feature-rows", "100"]) == 0
+    for site in ("site-1", "site-2"):
+        scope = json.loads((prod / site / "local" / "privacy.json").read_text())["scopes"][0]
+        egress = scope["task_result_filters"][0]["args"]
+        assert egress == {**dataclasses.asdict(EgressLimits()), "max_half_width": 4, "max_amplitude_images": 200,
+                          "max_feature_rows": 100}
+        assert scope["task_data_filters"][0]["args"] == {"max_half_width": 4}  # incoming banks: the same cap
+
+
+@pytest.mark.parametrize("option", ["--max-half-width", "--max-feature-rows", "--max-parameters"])
+def test_a_limit_below_one_is_refused_by_name_and_nothing_is_written(tmp_path, capsys, option):
+    prod = _deployment(tmp_path)
+    before = _snapshot(prod)
+    assert main(["install-policy", str(prod), "--gpus", "0", option, "0"]) == 2
+    assert f"{option.removeprefix('--')}: must be a whole number of at least 1, got 0" in capsys.readouterr().err
+    assert _snapshot(prod) == before
+
+
+def test_the_readme_shows_the_privacy_json_that_is_installed():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert json.dumps(client_privacy(), indent=2) in readme

@@ -67,9 +67,13 @@ def _cmd_make_jobs(args: argparse.Namespace) -> int:
 
 
 def _cmd_install_policy(args: argparse.Namespace) -> int:
-    from feddg.flare.site_policy import install_site_policy
+    from dataclasses import fields
 
-    for path in install_site_policy(Path(args.kit), args.gpus, args.gpu_mem, args.max_amplitude_images):
+    from feddg.flare.site_policy import EgressLimits, install_site_policy
+
+    limits = EgressLimits(**{f.name: getattr(args, f.name) for f in fields(EgressLimits)
+                             if getattr(args, f.name) is not None})
+    for path in install_site_policy(Path(args.kit), args.gpus, args.gpu_mem, limits):
         print(f"wrote {path}")
     return 0
 
@@ -220,7 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kit", help="one server/client kit, or the prod_NN folder of `nvflare provision`")
     p.add_argument("--gpus", type=int, help="GPUs of this site (default: detected on this machine)")
     p.add_argument("--gpu-mem", type=int, help="GiB per GPU (default: detected)")
+    p.add_argument("--max-parameters", type=int, help="most values a model update may carry (default 50000000)")
+    p.add_argument("--max-half-width", type=int,
+                   help="largest ELCFS amplitude window half-width that may leave or arrive (default 8: 17 x 17)")
     p.add_argument("--max-amplitude-images", type=int, help="most images whose ELCFS amplitude windows may leave")
+    p.add_argument("--max-feature-width", type=int, help="most MLA feature values per image (default 512)")
+    p.add_argument("--max-feature-rows", type=int, help="most images whose MLA feature vectors may leave")
     p.set_defaults(func=_cmd_install_policy)
 
     p = sub.add_parser("poc", help="rehearse a job in a local multi-site POC with the consortium's kits and policy")

@@ -128,6 +128,23 @@ class EvalConfig(_Section):
 
     largest_component: bool = False  # keep only the largest connected component of each structure
     batch_size: PositiveInt = 16
+    timeout: PositiveInt | None = None  # seconds the final evaluation waits for the sites; None: train.task_timeout
+
+
+class GAConfig(_Section):
+    """FedDG-GA (Zhang et al., CVPR 2023): generalization adjustment of the aggregation weights. Only GA jobs read
+    this section."""
+
+    step_size: Annotated[float, Field(gt=0, lt=1)] = 0.05  # d of Eq. (3); round r moves the weights by
+    # d_r = (1 - r / R) d
+
+
+class GradAlignConfig(_Section):
+    """Gradient alignment of the sites' weight differences (Algorithm 1). Only gradient-alignment jobs read this
+    section; the random order in which each site visits the others is drawn from ``train.seed`` and the round."""
+
+    lam: Annotated[float, Field(gt=0, le=0.5)] = 0.1  # lambda of Eq. (5)
+    average_norm_stats: bool = True  # average normalization running statistics plainly instead of aligning them
 
 
 class ELCFSConfig(_Section):
@@ -148,6 +165,7 @@ class ELCFSConfig(_Section):
     # the cited SimCLR InfoNCE (measured: the printed form drowns the Dice loss; see feddg/methods/boundary.py)
     dilation_iterations: PositiveInt = 5  # width of the background ring around the anatomy
     second_order: bool = False  # back-propagate through the inner step (the authors' code is first order)
+    exchange_timeout: PositiveInt = 600  # seconds each step of the amplitude exchange waits for the sites
 
 
 MLA_ENCODERS = ("random", "global")
@@ -175,6 +193,8 @@ class MLAConfig(_Section):
     attention_hidden: PositiveInt = 64
     attention_mode: Literal["mean", "per_image"] = "mean"  # "mean": one combined model per site from the mean
     # per-image softmax; "per_image": one combined model per image
+    features_timeout: PositiveInt = 600  # seconds the feature task waits for the sites
+    eval_timeout: PositiveInt = 3600  # seconds the evaluation of the MLA model waits for the sites
 
 
 class FedDGConfig(_Section):
@@ -182,6 +202,8 @@ class FedDGConfig(_Section):
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    ga: GAConfig = Field(default_factory=GAConfig)
+    gradalign: GradAlignConfig = Field(default_factory=GradAlignConfig)
     elcfs: ELCFSConfig = Field(default_factory=ELCFSConfig)
     mla: MLAConfig = Field(default_factory=MLAConfig)
 

@@ -21,15 +21,14 @@ from typing import Any
 
 import yaml
 
-from feddg.config import FedDGConfig, MLAConfig, config_from_dict, mla_feature_width
+from feddg.config import ELCFSConfig, GAConfig, GradAlignConfig, MLAConfig, config_from_dict
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
-from feddg.methods.frequency import window_half_widths
 
 # CPU-sized defaults on the synthetic data; the README's "paper-sized" section says what to change on a GPU.
 _CPU_MODEL = {"features": [16, 16, 32, 64, 128, 16], "norm": "batch", "dropout": 0.0}
 _CPU_TRAIN = {"rounds": 4, "local_epochs": 10, "batch_size": 4, "lr": 1e-3, "fedprox_mu": 0.0,
               "augment": True, "seed": 0, "min_sites": None, "task_timeout": 3600, "local_steps": None}
-_EVAL = {"largest_component": False, "batch_size": 32}
+_EVAL = {"largest_component": False, "batch_size": 32, "timeout": None}
 
 TASK_DEFAULTS: dict[str, dict[str, Any]] = {
     "prostate": {
@@ -80,17 +79,17 @@ METHODS: dict[str, dict[str, Any]] = {
     },
     "ga": {
         "aggregator": {"path": "feddg.flare.ga_aggregator.GeneralizationAdjustmentAggregator",
-                       "args": {"config_file": CONFIG_FILE, "step_size": 0.05}},
+                       "args": {"config_file": CONFIG_FILE}},
         "executor_args": {"send_generalization_gap": True},
-        "overrides": {},
+        "overrides": {"ga": GAConfig().model_dump()},
     },
     # The paper trains one local iteration per round (train.local_steps: 1); the CPU default keeps the whole
     # local epochs of the other jobs so that the comparison with FedAvg holds.
     "gradalign": {
         "aggregator": {"path": "feddg.flare.gradalign_aggregator.GradientAlignmentAggregator",
-                       "args": {"lam": 0.1, "seed": 0, "average_norm_stats": True}},
+                       "args": {"config_file": CONFIG_FILE}},
         "executor_args": {"send_weight_diff": True},
-        "overrides": {},
+        "overrides": {"gradalign": GradAlignConfig().model_dump()},
     },
 }
 
@@ -99,12 +98,14 @@ METHODS: dict[str, dict[str, Any]] = {
 _ELCFS = {
     "executor": "feddg.flare.elcfs_executor.ELCFSExecutor",
     "exchange": True,
-    "overrides": {"elcfs": {"contrast_denominator": "all"}},  # see feddg/methods/boundary.py: measured
+    # The elcfs section is written out in full; contrast_denominator "all": see feddg/methods/boundary.py (measured).
+    "overrides": {"elcfs": {**ELCFSConfig().model_dump(), "contrast_denominator": "all"}},
     "task_overrides": {"prostate": {"elcfs": {"boundary_weight": 0.5}},
                        "fundus": {"elcfs": {"boundary_weight": 0.1}}},
 }
 METHODS["elcfs"] = {**METHODS["fedavg"], **_ELCFS}
-METHODS["elcfs_ga"] = {**METHODS["ga"], **_ELCFS, "tasks": ["prostate"]}
+METHODS["elcfs_ga"] = {**METHODS["ga"], **_ELCFS, "tasks": ["prostate"],
+                        "overrides": {**METHODS["ga"]["overrides"], **_ELCFS["overrides"]}}
 
 # MLA-BIN: BIN-Net (BIN blocks in the top 3 encoder levels, section 2.3) trained with FedAvg, then MLA (section
 # 2.2): the server keeps the final local models of the sites that opt in, builds the domain feature bank, trains
@@ -141,7 +142,7 @@ def server_config(method: str) -> dict[str, Any]:
     exchange = [{
         "id": "amplitude_exchange",
         "path": "feddg.flare.amplitude_exchange.AmplitudeExchange",
-        "args": {"config_file": CONFIG_FILE, "task_timeout": 600},
+        "args": {"config_file": CONFIG_FILE},
     }] if METHODS[method].get("exchange") else []
     mla = METHODS[method].get("mla", False)
     controller_args = {"config_file": CONFIG_FILE, "aggregator_id": "aggregator", "persistor_id": "persistor",
@@ -152,8 +153,7 @@ def server_config(method: str) -> dict[str, Any]:
         after.append({
             "id": "mla",
             "path": "feddg.flare.mla_workflow.MLAWorkflow",
-            "args": {"config_file": CONFIG_FILE, "persistor_id": "persistor", "report_file": "feddg_report.json",
-                     "task_timeout": 600, "eval_timeout": 3600},
+            "args": {"config_file": CONFIG_FILE, "persistor_id": "persistor", "report_file": "feddg_report.json"},
         })
     return {
         "format_version": 2,
@@ -172,23 +172,20 @@ def server_config(method: str) -> dict[str, Any]:
     }
 
 
-def client_config(method: str, cfg: FedDGConfig) -> dict[str, Any]:
+def client_config(method: str) -> dict[str, Any]:
+    """The sites' config: the method's executor, and the job filters of its exchanges (which read the job's
+    ``feddg.yaml`` at run time: no value derived from the experiment is written here)."""
     spec = METHODS[method]
     tasks = [FedDGTask.SITE_INFO, FedDGTask.TRAIN, FedDGTask.EVALUATE]
     data_filters, result_filters = [], []
     if spec.get("exchange"):
         tasks += [FedDGTask.AMPLITUDE_SPECTRA, FedDGTask.AMPLITUDE_BANK]
-        size = cfg.data.image_size
-        hw = list(window_half_widths(size, size, cfg.elcfs.alpha, cfg.elcfs.min_half_width))
-        guard = {"path": "feddg.flare.amplitude_filter.AmplitudeWindowFilter",
-                 "args": {"half_widths": hw, "max_half_width": max(hw), "max_images": cfg.elcfs.bank_images}}
+        guard = {"path": "feddg.flare.amplitude_filter.AmplitudeWindowFilter", "args": {"config_file": CONFIG_FILE}}
         result_filters.append({"tasks": [FedDGTask.AMPLITUDE_SPECTRA], "filters": [guard]})
         data_filters.append({"tasks": [FedDGTask.AMPLITUDE_BANK], "filters": [guard]})
     if spec.get("mla"):
         tasks += [FedDGTask.MLA_FEATURES, FedDGTask.MLA_EVALUATE]
-        width = mla_feature_width(cfg)
-        guard = {"path": "feddg.flare.feature_filter.FeatureMatrixFilter",
-                 "args": {"width": width, "max_width": width, "max_rows": cfg.mla.feature_images}}
+        guard = {"path": "feddg.flare.feature_filter.FeatureMatrixFilter", "args": {"config_file": CONFIG_FILE}}
         result_filters.append({"tasks": [FedDGTask.MLA_FEATURES], "filters": [guard]})
     return {
         "format_version": 2,
@@ -229,7 +226,7 @@ def render_job(name: str, overrides: dict | None = None) -> dict[str, str]:
     return {
         "meta.json": _json(meta),
         "app/config/config_fed_server.json": _json(server_config(method)),
-        "app/config/config_fed_client.json": _json(client_config(method, cfg)),
+        "app/config/config_fed_client.json": _json(client_config(method)),
         f"app/config/{CONFIG_FILE}": header + yaml.safe_dump(exp, sort_keys=False, default_flow_style=False),
     }
 

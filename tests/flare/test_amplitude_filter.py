@@ -32,7 +32,7 @@ def ctx(tmp_path):
 def _run(fl_ctx, shareable, task=FedDGTask.AMPLITUDE_SPECTRA, direction=FilterKey.OUT, **args):
     fl_ctx.set_prop(FLContextKey.TASK_NAME, task, private=True, sticky=False)
     fl_ctx.set_prop(FLContextKey.FILTER_DIRECTION, direction, private=True, sticky=False)
-    return AmplitudeWindowFilter(**{"half_widths": list(HW), "max_half_width": 1, **args}).process(shareable, fl_ctx)
+    return AmplitudeWindowFilter(**{"max_half_width": 1, **args}).process(shareable, fl_ctx)
 
 
 def _valid() -> Shareable:
@@ -99,14 +99,22 @@ def test_extra_top_level_keys_and_arrays_in_headers_are_blocked(ctx):
         _run(ctx, s)
 
 
-def test_the_image_cap_and_a_site_policy_without_exact_half_widths(ctx):
+def test_the_window_comes_from_the_job_and_the_caps_from_job_and_site(ctx, tmp_path):
+    """The job's feddg.yaml fixes the window exactly (32 px, alpha 0.01, floor 1: 3 x 3) and may cap the images;
+    the site's own caps (privacy.json arguments) apply on top, the smaller cap wins."""
+    wider = amplitude_window_dxo(amplitude_window(IMAGES, (2, 2)), (2, 2), (32, 32)).to_shareable()
+    with pytest.raises(ContentBlockedException, match=r"half-widths \[2, 2\] differ from the configured"):
+        _run(ctx, wider, max_half_width=4)
+    with pytest.raises(ContentBlockedException, match=r"half-widths \[1, 1\] exceed the allowed 0"):
+        _run(ctx, _valid(), max_half_width=0)
     with pytest.raises(ContentBlockedException, match="5 images exceed the allowed 3"):
         _run(ctx, _valid(), max_images=3)
-    site_policy = {"half_widths": None, "max_half_width": 4, "max_images": 10}
-    assert _run(ctx, _valid(), **site_policy) is not None
-    wide = amplitude_window_dxo(amplitude_window(IMAGES, (5, 5)), (5, 5), (32, 32)).to_shareable()
-    with pytest.raises(ContentBlockedException, match="exceed the allowed 4"):
-        _run(ctx, wide, **site_policy)
+    exp = tiny_experiment("prostate")
+    exp["elcfs"] = {"bank_images": 4}
+    capped, _ = make_context(tmp_path / "capped", "BIDMC", exp)
+    with pytest.raises(ContentBlockedException, match="5 images exceed the allowed 4"):
+        _run(capped, _valid(), max_images=10)
+    assert _run(ctx, _valid(), max_half_width=4, max_images=10) is not None
 
 
 def test_other_tasks_incoming_data_and_error_replies_pass(ctx):

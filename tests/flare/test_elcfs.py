@@ -135,7 +135,7 @@ class _Federation:
         for site in targets:
             ctx = self.sites[site]
             ctx.set_prop(FLContextKey.TASK_NAME, task.name, private=True, sticky=False)
-            guard = AmplitudeWindowFilter(half_widths=[1, 1], max_half_width=1)
+            guard = AmplitudeWindowFilter(max_half_width=1)
             ctx.set_prop(FLContextKey.FILTER_DIRECTION, FilterKey.IN, private=True, sticky=False)
             data = guard.process(task.data, ctx)
             result = ELCFSExecutor().execute(task.name, data, ctx, Signal())

@@ -24,16 +24,23 @@ IMAGES = RNG.normal(size=(5, 1, 32, 32)).astype(np.float32)
 FEATURES = encode(build_feature_encoder(1, seed=0, width=4, depth=3), IMAGES)  # (5, 16)
 
 
+def _experiment(**mla) -> dict:
+    """The tiny experiment whose random encoder gives WIDTH features per image."""
+    exp = tiny_experiment("prostate")
+    exp["mla"] = {"encoder_width": 4, "encoder_depth": 3, **mla}
+    return exp
+
+
 @pytest.fixture
 def ctx(tmp_path):
-    fl_ctx, _ = make_context(tmp_path, "BIDMC", tiny_experiment("prostate"))
+    fl_ctx, _ = make_context(tmp_path, "BIDMC", _experiment())
     return fl_ctx
 
 
 def _run(fl_ctx, shareable, task=FedDGTask.MLA_FEATURES, direction=FilterKey.OUT, **args):
     fl_ctx.set_prop(FLContextKey.TASK_NAME, task, private=True, sticky=False)
     fl_ctx.set_prop(FLContextKey.FILTER_DIRECTION, direction, private=True, sticky=False)
-    return FeatureMatrixFilter(**{"width": WIDTH, "max_width": WIDTH, **args}).process(shareable, fl_ctx)
+    return FeatureMatrixFilter(**{"max_width": WIDTH, **args}).process(shareable, fl_ctx)
 
 
 def _valid() -> Shareable:
@@ -106,14 +113,20 @@ def test_extra_top_level_keys_and_arrays_in_headers_are_blocked(ctx):
         _run(ctx, s)
 
 
-def test_the_row_cap_and_a_site_policy_without_an_exact_width(ctx):
+def test_the_width_comes_from_the_job_and_the_caps_from_job_and_site(ctx, tmp_path):
+    """The job's feddg.yaml fixes the width (the encoder's) and may cap the rows (mla.feature_images); the site's
+    own caps (privacy.json arguments) apply on top, the smaller row cap wins."""
     with pytest.raises(ContentBlockedException, match="5 rows is more than the allowed 3"):
         _run(ctx, _valid(), max_rows=3)
-    site_policy = {"width": None, "max_width": 64, "max_rows": 10}
-    assert _run(ctx, _valid(), **site_policy) is not None
-    wide = _declared(IMAGES.reshape(5, -1))
-    with pytest.raises(ContentBlockedException, match="1024 features per image exceed the allowed 64"):
-        _run(ctx, wide, **site_policy)
+    capped, _ = make_context(tmp_path / "capped", "BIDMC", _experiment(feature_images=4))
+    with pytest.raises(ContentBlockedException, match="5 rows is more than the allowed 4"):
+        _run(capped, _valid(), max_rows=10)
+    wider, _ = make_context(tmp_path / "wider", "BIDMC", _experiment(encoder_width=32))  # 128 features
+    wide = _declared(np.zeros((5, 128), np.float32))
+    with pytest.raises(ContentBlockedException, match="128 features per image exceed the allowed 64"):
+        _run(wider, wide, max_width=64)
+    assert _run(wider, wide, max_width=128) is not None
+    assert _run(ctx, _valid(), max_width=64, max_rows=10) is not None
 
 
 def test_other_tasks_incoming_data_and_error_replies_pass(ctx):
@@ -132,7 +145,7 @@ def test_without_a_direction_the_filter_refuses_to_guess(ctx):
 
 
 def test_bad_arguments_are_refused():
-    with pytest.raises(ValueError, match="exceeds max_width"):
-        FeatureMatrixFilter(width=600)
+    with pytest.raises(ValueError, match="max_width"):
+        FeatureMatrixFilter(max_width=0)
     with pytest.raises(ValueError, match="max_rows"):
         FeatureMatrixFilter(max_rows=0)

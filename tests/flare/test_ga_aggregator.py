@@ -66,6 +66,20 @@ def test_gaps_move_the_weights_with_the_decayed_step(aggregator):
     assert all(math.isclose(sum(h["weights"].values()), 1.0) for h in history["history"])
 
 
+def test_the_step_size_is_the_jobs_ga_step_size(tmp_path):
+    exp = tiny_experiment("prostate")
+    exp["data"].update(sites=[*SITES, "U"], unseen_site="U")
+    exp["train"]["rounds"] = 10
+    exp["ga"] = {"step_size": 0.2}
+    fl_ctx, _ = make_context(tmp_path, "server", exp)
+    agg = GeneralizationAdjustmentAggregator()
+    agg.handle_event(EventType.START_RUN, fl_ctx)
+    _round(agg, 0, [_result(s, 0.0) for s in SITES])
+    out = _round(agg, 1, [_result("A", 0.0, 0.30), _result("B", 0.0, 0.15), _result("C", 1.0, 0.45)])
+    # d^1 = (1 - 1/10) * 0.2 = 0.18
+    assert out.meta["ga_weights"] == pytest.approx({"A": 1 / 3, "B": 1 / 3 - 0.18, "C": 1 / 3 + 0.18})
+
+
 def test_invalid_gap_keeps_weight_with_one_warning_naming_the_site(aggregator, caplog):
     _round(aggregator, 0, [_result(s, 0.0) for s in SITES])
     with caplog.at_level(logging.WARNING):

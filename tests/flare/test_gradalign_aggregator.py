@@ -8,9 +8,23 @@ import numpy as np
 import pytest
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
+from nvflare.apis.event_type import EventType
+
 from feddg.flare.gradalign_aggregator import GradientAlignmentAggregator
 from feddg.methods.gradalign import align_updates, random_orders
+from tests.conftest import tiny_experiment
+from tests.flare.fl_context import make_context
 from tests.flare.test_controller import _controller
+
+
+def _started(tmp_path, seed=0, **gradalign) -> GradientAlignmentAggregator:
+    """An aggregator that has read a job's feddg.yaml at the start of the run, as in a job."""
+    exp = tiny_experiment("prostate", seed=seed)
+    exp["gradalign"] = gradalign
+    fl_ctx, _ = make_context(tmp_path, "server", exp)
+    agg = GradientAlignmentAggregator()
+    agg.handle_event(EventType.START_RUN, fl_ctx)
+    return agg
 
 
 def _diff(site, w, n=3, running=(0.0,)):
@@ -26,23 +40,23 @@ def _aggregate(agg, results):
     return agg.aggregate_model()
 
 
-def test_conflicting_updates_are_aligned_with_the_seeded_order():
+def test_conflicting_updates_are_aligned_with_the_seeded_order(tmp_path):
     g = np.array([[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]])
-    agg = GradientAlignmentAggregator(lam=0.1, seed=7)
+    agg = _started(tmp_path, seed=7, lam=0.2)  # lambda from the gradalign section, the seed from train.seed
     out = _aggregate(agg, [_diff(s, row) for s, row in zip("ABC", g)])
     orders = random_orders(3, np.random.default_rng([7, 0]))
-    expected = align_updates(g, 0.1, orders).mean(axis=0)
+    expected = align_updates(g, 0.2, orders).mean(axis=0)
     assert out.params_type == ParamsType.DIFF
     np.testing.assert_allclose(out.params["conv.weight"], expected, rtol=1e-6)
     assert not np.allclose(out.params["conv.weight"], g.mean(axis=0))
 
 
-def test_buffers_and_running_stats_are_averaged_plainly():
+def test_buffers_and_running_stats_are_averaged_plainly(tmp_path):
     # running_mean values conflict (opposite signs) but must not be aligned: plain mean 0.
     out = _aggregate(GradientAlignmentAggregator(), [_diff("A", [1, 0], 2, (1.0,)), _diff("B", [0, 1], 4, (-1.0,))])
     np.testing.assert_allclose(out.params["bn.running_mean"], [0.0])
     assert out.params["bn.num_batches_tracked"] == pytest.approx(3.0)
-    aligned = GradientAlignmentAggregator(average_norm_stats=False).aligned_keys(_diff("A", [1, 0]).params)
+    aligned = _started(tmp_path, average_norm_stats=False).aligned_keys(_diff("A", [1, 0]).params)
     assert aligned == ["conv.weight", "bn.running_mean"]
 
 

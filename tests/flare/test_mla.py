@@ -194,7 +194,7 @@ class _Federation:
             ctx.set_prop(FLContextKey.FILTER_DIRECTION, FilterKey.OUT, private=True, sticky=False)
             try:  # the site's own policy first (privacy.json), then the job's filter, as NVFlare runs them
                 result = SiteEgressFilter().process(result, ctx)
-                result = FeatureMatrixFilter(width=self.width, max_width=self.width).process(result, ctx)
+                result = FeatureMatrixFilter(max_width=self.width).process(result, ctx)
             except Exception:  # what NVFlare's client runner does when a result filter blocks
                 result = Shareable()
                 result.set_return_code(ReturnCode.TASK_RESULT_FILTER_ERROR)

@@ -19,7 +19,6 @@ Preprocessing choices (the papers leave them open or describe them in one senten
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from ..config import DataConfig
+from ..seeds import split_seed
 from .errors import DataError, DataWarning
 from .layouts import CaseRecord, Decoded, LayoutSpec, discover_site, foreground_warnings, layout_spec, read_record
 
@@ -161,11 +161,6 @@ def preprocess(
 # ------------------------------------------------------------------------------------------------ splitting
 
 
-def _site_seed(seed: int, site: str) -> int:
-    """A stable seed from (seed, site): Python's hash() of a string changes between processes."""
-    return int.from_bytes(hashlib.sha256(f"{seed}/{site}".encode()).digest()[:8], "little")
-
-
 def split_cases(case_ids: Sequence[str], val_fraction: float, seed: int, site: str) -> tuple[list[str], list[str]]:
     """Case-level train/val split: (train cases, val cases), both sorted.
 
@@ -177,7 +172,7 @@ def split_cases(case_ids: Sequence[str], val_fraction: float, seed: int, site: s
     n_val = 0
     if val_fraction > 0 and n >= 2:
         n_val = min(max(1, round(val_fraction * n)), n - 1)
-    order = np.random.default_rng(_site_seed(seed, site)).permutation(n)
+    order = np.random.default_rng(split_seed(seed, site)).permutation(n)
     val = sorted(cases[i] for i in order[:n_val])
     train = sorted(cases[i] for i in order[n_val:])
     return train, val

@@ -25,11 +25,10 @@ from nvflare.apis.impl.controller import Controller
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 
-from feddg.config import ConfigError, FedDGConfig
+from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
 from feddg.flare.job_config import load_job_config
-from feddg.flare.payloads import PayloadRejected, amplitude_bank_dxo, check_amplitude_payload
-from feddg.methods.frequency import window_half_widths
+from feddg.flare.payloads import PayloadRejected, amplitude_bank_dxo, amplitude_half_widths, check_amplitude_payload
 
 
 class AmplitudeExchange(Controller):
@@ -37,10 +36,9 @@ class AmplitudeExchange(Controller):
 
     Args:
         config_file: the job's ``feddg.yaml`` (training sites, image size, ``elcfs.alpha`` / ``min_half_width`` /
-            ``bank_images``).
+            ``bank_images``, and ``elcfs.exchange_timeout``: the seconds each of the two tasks waits for the sites).
         exchange_task_name: the task that asks for the amplitude windows.
         bank_task_name: the task that delivers the bank.
-        task_timeout: seconds each of the two tasks waits for the sites.
     """
 
     def __init__(
@@ -48,13 +46,11 @@ class AmplitudeExchange(Controller):
         config_file: str = CONFIG_FILE,
         exchange_task_name: str = FedDGTask.AMPLITUDE_SPECTRA,
         bank_task_name: str = FedDGTask.AMPLITUDE_BANK,
-        task_timeout: int = 600,
     ):
         super().__init__()
         self.config_file = config_file
         self.exchange_task_name = exchange_task_name
         self.bank_task_name = bank_task_name
-        self.task_timeout = task_timeout
         self._cfg: FedDGConfig | None = None
 
     def start_controller(self, fl_ctx: FLContext) -> None:
@@ -73,14 +69,10 @@ class AmplitudeExchange(Controller):
             self.system_panic(f"ELCFS needs at least two training sites to exchange amplitude spectra; the job has "
                               f"{sites} (data.sites minus the unseen site {cfg.data.unseen_site})", fl_ctx)
             return
-        try:
-            hw = window_half_widths(cfg.data.image_size, cfg.data.image_size, cfg.elcfs.alpha,
-                                    cfg.elcfs.min_half_width)
-        except ValueError as e:
-            raise ConfigError(f"data.image_size / elcfs.alpha: {e}") from e
+        hw = amplitude_half_widths(cfg)
         self.log_info(fl_ctx, f"amplitude exchange: asking {sites} for {2 * hw[0] + 1}x{2 * hw[1] + 1} amplitude "
                               f"windows per channel and image")
-        ask = Task(name=self.exchange_task_name, data=Shareable(), timeout=self.task_timeout)
+        ask = Task(name=self.exchange_task_name, data=Shareable(), timeout=cfg.elcfs.exchange_timeout)
         self.broadcast_and_wait(ask, fl_ctx, targets=sites, min_responses=len(sites), abort_signal=abort_signal)
         if abort_signal.triggered:
             return
@@ -99,7 +91,7 @@ class AmplitudeExchange(Controller):
         summary = ", ".join(f"{s} {len(a)}" for s, a in sorted(bank.items()))
         self.log_info(fl_ctx, f"amplitude exchange: distribution bank of {len(bank)} sites (images: {summary})")
         deliver = Task(name=self.bank_task_name, data=amplitude_bank_dxo(bank, hw).to_shareable(),
-                       timeout=self.task_timeout)
+                       timeout=cfg.elcfs.exchange_timeout)
         self.broadcast_and_wait(deliver, fl_ctx, targets=sites, min_responses=len(sites), abort_signal=abort_signal)
         for client_task in deliver.client_tasks:
             rc = client_task.result.get_return_code(ReturnCode.OK) if client_task.result is not None else "no answer"

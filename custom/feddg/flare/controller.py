@@ -66,7 +66,6 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         aggregator_id: a :class:`ModelAggregator` component (FedAvg by data size, GA, ...).
         persistor_id: the model persistor (keeps the last and the best global model).
         start_round: first round to run, to resume a job from a checkpoint.
-        eval_timeout: seconds to wait for the evaluation results; None: the job's ``train.task_timeout``.
         report_file: name of the JSON report written in the server's run folder.
         keep_local_models: MLA: in the final round, store the local model of every training site whose update
             carries ``share_local_model: true`` (set by the site's executor from the site's own
@@ -81,14 +80,12 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         aggregator_id: str = "aggregator",
         persistor_id: str = AppConstants.DEFAULT_PERSISTOR_ID,
         start_round: int = 0,
-        eval_timeout: int | None = None,
         report_file: str = "feddg_report.json",
         keep_local_models: bool = False,
     ):
         super().__init__(persistor_id=persistor_id, start_round=start_round)
         self.config_file = config_file
         self.aggregator_id = aggregator_id
-        self.eval_timeout = eval_timeout
         self.report_file = report_file
         self.keep_local_models = keep_local_models
         self.aggregator: ModelAggregator | None = None
@@ -297,8 +294,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
                        meta={FedDGMeta.MODEL_NAME: name, FedDGMeta.ROUND: rounds_trained})
         results = self.broadcast_model(
             data=data, task_name=FedDGTask.EVALUATE, targets=sites, min_responses=1,
-            timeout=self.eval_timeout or cfg.train.task_timeout,
-            wait_time_after_min_received=self.eval_timeout or cfg.train.task_timeout,
+            timeout=cfg.eval.timeout or cfg.train.task_timeout,
+            wait_time_after_min_received=cfg.eval.timeout or cfg.train.task_timeout,
         )
         evaluation: dict[str, Any] = {"rounds_trained": rounds_trained, "sites": {}, "missing_sites": []}
         for result in results:

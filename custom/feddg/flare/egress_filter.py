@@ -1,9 +1,10 @@
 """The hospital's egress guard: one site filter on every task result, whatever the job asks.
 
 Installed by the site in ``local/privacy.json`` as the default scope's task-result filter
-(:func:`feddg.flare.site_policy.client_privacy`), it checks each outgoing result against the payload kinds this
-project knows and blocks everything else, raising ContentBlockedException after a log line that names the task and
-the reason (never the values):
+(:func:`feddg.flare.site_policy.client_privacy`), it checks each outgoing result against the payload contract of its
+task (:mod:`feddg.flare.payloads`, the same checks the executors' payload builders and the job filters follow) and
+blocks everything else, raising ContentBlockedException after a log line that names the task and the reason (never
+the values):
 
 ======================  =====================================================================================
 task                    what may leave
@@ -14,11 +15,11 @@ task                    what may leave
                         step count, MLA opt-in flag)
 ``evaluate``            DXO METRICS: nested summaries of scalars (no arrays, bounded size)
 ``site_info``           DXO METRICS: the package version and the preprocessing hash (two short strings)
-``amplitude_spectra``   the ELCFS amplitude-window payload
-                        (:func:`feddg.flare.payloads.check_amplitude_payload`, the same check as
-                        :class:`~feddg.flare.amplitude_filter.AmplitudeWindowFilter`)
+``amplitude_spectra``   the ELCFS amplitude-window payload, windows of at most ``max_half_width`` and at most
+                        ``max_amplitude_images`` images (:func:`feddg.flare.payloads.check_amplitude_payload`)
 ``amplitude_bank``      nothing (an acknowledgement)
-``mla_features``        the MLA feature matrix (the same check as the MLA feature filter)
+``mla_features``        the MLA feature matrix, at most ``max_feature_width`` values per image and
+                        ``max_feature_rows`` images (:func:`feddg.flare.payloads.check_feature_payload`)
 ``mla_evaluate``        DXO METRICS, with the attention weights as a short list of scalars in the meta
 any other task          nothing
 ======================  =====================================================================================
@@ -36,109 +37,22 @@ authorization policy (``byoc`` denied), so no job can undo this check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import json
 
 import numpy as np
-from nvflare.apis.dxo import DXO, DataKind, MetaKey
-from nvflare.apis.filter import ContentBlockedException, Filter
-from nvflare.apis.fl_constant import FilterKey, FLContextKey
-from nvflare.apis.fl_context import FLContext
-from nvflare.apis.shareable import Shareable
+from nvflare.apis.dxo import DXO
 
-from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
-from feddg.flare.payloads import PayloadRejected, check_amplitude_payload, check_envelope
-
-# Scalars a training result may carry in its metadata.
-TRAIN_META = {FedDGMeta.NUM_TRAIN_SAMPLES, FedDGMeta.VAL_DICE, FedDGMeta.VAL_LOSS, FedDGMeta.TRAIN_LOSS,
-              FedDGMeta.GENERALIZATION_GAP, MetaKey.NUM_STEPS_CURRENT_ROUND, "share_local_model"}
-EVALUATE_META = {FedDGMeta.MODEL_NAME, FedDGMeta.ROUND}
-MLA_FEATURES_TASK = "mla_features"
-MLA_EVALUATE_TASK = "mla_evaluate"
-_ALWAYS_ALLOWED_META = {MetaKey.FILTER_HISTORY}
+from feddg.config import FedDGConfig
+from feddg.flare.constants import CONFIG_FILE, FedDGTask
+from feddg.flare.payload_filter import Check, PayloadFilter
+from feddg.flare.payloads import (DEFAULT_MAX_FEATURE_WIDTH, DEFAULT_MAX_HALF_WIDTH, DEFAULT_MAX_PARAMETERS,
+                                  PayloadRejected, check_amplitude_payload, check_evaluate_result,
+                                  check_feature_payload, check_mla_evaluate_result, check_site_info_result,
+                                  check_train_result)
 
 
-def _is_scalar(value: Any) -> bool:
-    if isinstance(value, bool) or value is None:
-        return True
-    if isinstance(value, (int, np.integer)):
-        return True
-    if isinstance(value, (float, np.floating)):
-        return True
-    return isinstance(value, str) and len(value) <= 256
-
-
-def check_scalar_meta(dxo: DXO, allowed: set[str], max_list: int = 0) -> None:
-    """Meta keys are among ``allowed`` and hold scalars (or, with ``max_list``, short lists / maps of scalars)."""
-    for key, value in (dxo.meta or {}).items():
-        if key in _ALWAYS_ALLOWED_META:
-            continue
-        if key not in allowed:
-            raise PayloadRejected(f"meta key {key!r} is not one this task may send")
-        if _is_scalar(value):
-            continue
-        items = list(value.values()) if isinstance(value, Mapping) else value
-        if (max_list and isinstance(items, (list, tuple)) and len(items) <= max_list
-                and all(_is_scalar(v) for v in items)
-                and (not isinstance(value, Mapping) or all(isinstance(k, str) and len(k) <= 256 for k in value))):
-            continue
-        raise PayloadRejected(f"meta {key!r} is not a scalar")
-
-
-def check_weights_payload(dxo: DXO, reference: Mapping[str, tuple[int, ...]], max_parameters: int) -> None:
-    """Model weights or weight differences with exactly the reference keys and shapes, finite floats."""
-    if dxo.data_kind not in (DataKind.WEIGHTS, DataKind.WEIGHT_DIFF):
-        raise PayloadRejected(f"expected model weights or weight differences, got {dxo.data_kind}")
-    data = dxo.data
-    if not isinstance(data, dict):
-        raise PayloadRejected("the weights are not a mapping")
-    missing, extra = sorted(set(reference) - set(data)), sorted(set(data) - set(reference))
-    if missing or extra:
-        raise PayloadRejected(f"parameter names differ from the job's network (missing {missing[:3]}, "
-                              f"unexpected {extra[:3]})")
-    total = 0
-    for name, shape in reference.items():
-        value = data[name]
-        if not isinstance(value, np.ndarray):
-            raise PayloadRejected(f"parameter {name!r} is not an array")
-        if value.shape != tuple(shape):
-            raise PayloadRejected(f"parameter {name!r} has shape {value.shape}, the network has {tuple(shape)}")
-        if value.dtype.kind not in "fiu":
-            raise PayloadRejected(f"parameter {name!r} has dtype {value.dtype}")
-        if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
-            raise PayloadRejected(f"parameter {name!r} holds NaN or infinite values")
-        total += value.size
-    if total > max_parameters:
-        raise PayloadRejected(f"{total} values exceed the site's limit of {max_parameters} parameters")
-
-
-def check_metrics_payload(dxo: DXO, max_values: int = 10_000, max_depth: int = 6) -> None:
-    """METRICS: nested mappings whose leaves are scalars; no arrays, a bounded number of values."""
-    if dxo.data_kind != DataKind.METRICS:
-        raise PayloadRejected(f"expected metrics, got {dxo.data_kind}")
-    count = 0
-
-    def walk(node: Any, depth: int) -> None:
-        nonlocal count
-        if depth > max_depth:
-            raise PayloadRejected("metrics nest too deeply")
-        if isinstance(node, Mapping):
-            for key, value in node.items():
-                if not isinstance(key, str) or len(key) > 256:
-                    raise PayloadRejected("metric names must be short strings")
-                walk(value, depth + 1)
-            return
-        if not _is_scalar(node):
-            raise PayloadRejected(f"a metric value is a {type(node).__name__}, not a scalar")
-        count += 1
-        if count > max_values:
-            raise PayloadRejected(f"more than {max_values} metric values")
-
-    walk(dxo.data, 0)
-
-
-class SiteEgressFilter(Filter):
-    """Every outgoing task result must be one of the payload kinds this project knows (see the module docstring).
+class SiteEgressFilter(PayloadFilter):
+    """Every outgoing task result must follow its task's payload contract (see the module docstring).
 
     Args:
         config_file: the job's experiment file, relative to the app's config folder (to know the network's keys
@@ -146,70 +60,60 @@ class SiteEgressFilter(Filter):
         max_parameters: the most values a model update may carry.
         max_half_width: the largest amplitude window half-width the site lets out (ELCFS).
         max_amplitude_images: the most images whose amplitude windows may leave (None: no cap).
+        max_feature_width: the most feature values per image the MLA task may send.
         max_feature_rows: the most feature vectors the MLA task may send (None: no cap).
     """
+
+    log_prefix = "site policy: "
 
     def __init__(
         self,
         config_file: str = CONFIG_FILE,
-        max_parameters: int = 50_000_000,
-        max_half_width: int = 8,
+        max_parameters: int = DEFAULT_MAX_PARAMETERS,
+        max_half_width: int = DEFAULT_MAX_HALF_WIDTH,
         max_amplitude_images: int | None = None,
+        max_feature_width: int = DEFAULT_MAX_FEATURE_WIDTH,
         max_feature_rows: int | None = None,
     ):
-        super().__init__()
-        self.config_file = config_file
+        super().__init__(config_file)
         self.max_parameters = max_parameters
         self.max_half_width = max_half_width
         self.max_amplitude_images = max_amplitude_images
+        self.max_feature_width = max_feature_width
         self.max_feature_rows = max_feature_rows
-        self._reference: dict[str, dict[str, tuple[int, ...]]] = {}
+        self._networks: dict[str, dict[str, np.ndarray]] = {}
+        self._contracts: dict[str, Check] = {
+            FedDGTask.TRAIN: lambda dxo, cfg: check_train_result(dxo, self._network(cfg), self.max_parameters),
+            FedDGTask.EVALUATE: lambda dxo, cfg: check_evaluate_result(dxo),
+            FedDGTask.SITE_INFO: lambda dxo, cfg: check_site_info_result(dxo),
+            FedDGTask.AMPLITUDE_SPECTRA: self._amplitude_windows,
+            FedDGTask.MLA_FEATURES: self._feature_matrix,
+            FedDGTask.MLA_EVALUATE: lambda dxo, cfg: check_mla_evaluate_result(dxo),
+        }
 
-    def process(self, shareable: Shareable, fl_ctx: FLContext) -> Shareable:
-        if fl_ctx.get_prop(FLContextKey.FILTER_DIRECTION) == FilterKey.IN:
-            return shareable  # this filter guards what leaves the site
-        task = fl_ctx.get_prop(FLContextKey.TASK_NAME)
-        try:
-            dxo = check_envelope(shareable)
-            if dxo is not None:
-                self._check(task, dxo, fl_ctx)
-        except PayloadRejected as e:
-            self.log_error(fl_ctx, f"site policy: task {task}: blocked the result leaving the site: {e}")
-            raise ContentBlockedException(f"site policy: task {task}: {e}") from e
-        return shareable
+    def check_for(self, task: str, outgoing: bool) -> Check | None:
+        if not outgoing:
+            return None  # this filter guards what leaves the site
+        return self._contracts.get(task, _nothing_may_leave(task))
 
-    def _check(self, task: str, dxo: DXO, fl_ctx: FLContext) -> None:
-        if task == FedDGTask.TRAIN:
-            check_weights_payload(dxo, self._network(fl_ctx), self.max_parameters)
-            check_scalar_meta(dxo, TRAIN_META)
-        elif task == FedDGTask.EVALUATE:
-            check_metrics_payload(dxo)
-            check_scalar_meta(dxo, EVALUATE_META)
-        elif task == FedDGTask.SITE_INFO:
-            check_metrics_payload(dxo, max_values=2)
-            check_scalar_meta(dxo, set())
-        elif task == FedDGTask.AMPLITUDE_SPECTRA:
-            check_amplitude_payload(dxo, None, self.max_half_width, self.max_amplitude_images)
-        elif task == MLA_FEATURES_TASK:
-            from feddg.flare.payloads import check_feature_payload
+    def _amplitude_windows(self, dxo: DXO | None, cfg: FedDGConfig) -> None:
+        check_amplitude_payload(dxo, None, self.max_half_width, self.max_amplitude_images)
 
-            check_feature_payload(dxo, max_rows=self.max_feature_rows)
-        elif task == MLA_EVALUATE_TASK:
-            check_metrics_payload(dxo)
-            check_scalar_meta(dxo, EVALUATE_META | {"attention_weights", "attention_sites"}, max_list=64)
-        else:
-            raise PayloadRejected(f"results of task {task!r} may carry nothing, got a {dxo.data_kind} payload")
+    def _feature_matrix(self, dxo: DXO | None, cfg: FedDGConfig) -> None:
+        check_feature_payload(dxo, None, self.max_feature_width, self.max_feature_rows)
 
-    def _network(self, fl_ctx: FLContext) -> dict[str, tuple[int, ...]]:
-        job = fl_ctx.get_job_id() or ""
-        if job not in self._reference:
-            from feddg.config import ConfigError
-            from feddg.flare.job_config import load_job_config
-            from feddg.nets.unet import build_model
+    def _network(self, cfg: FedDGConfig) -> dict[str, np.ndarray]:
+        """The job's network as the reference an update must fit (built once per network)."""
+        from feddg.nets.unet import build_model
 
-            try:
-                cfg = load_job_config(fl_ctx, self.config_file)
-            except ConfigError as e:
-                raise PayloadRejected(f"the job's network is unknown ({e})") from e
-            self._reference[job] = {k: tuple(v.shape) for k, v in build_model(cfg).state_dict().items()}
-        return self._reference[job]
+        key = json.dumps([cfg.data.task, cfg.model.model_dump()])
+        if key not in self._networks:
+            self._networks[key] = {k: v.numpy() for k, v in build_model(cfg).state_dict().items()}
+        return self._networks[key]
+
+
+def _nothing_may_leave(task: str) -> Check:
+    def check(dxo: DXO | None, cfg: FedDGConfig) -> None:
+        raise PayloadRejected(f"results of task {task!r} may carry nothing, got a {dxo.data_kind} payload")
+
+    return check

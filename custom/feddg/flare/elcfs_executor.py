@@ -29,12 +29,13 @@ from nvflare.apis.signal import Signal
 from feddg.config import ConfigError
 from feddg.data.errors import DataError
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
-from feddg.flare.executor import FedDGExecutor, LocalTrainingError, _site_seed
-from feddg.flare.payloads import PayloadRejected, amplitude_window_dxo, check_amplitude_bank
+from feddg.flare.executor import FedDGExecutor, LocalTrainingError
+from feddg.flare.payloads import PayloadRejected, amplitude_half_widths, amplitude_window_dxo, check_amplitude_bank
 from feddg.flare.site_config import SiteConfigError, load_site_config
 from feddg.methods.boundary import boundary_loss
 from feddg.methods.episodic import train_episodic
-from feddg.methods.frequency import amplitude_window, window_half_widths
+from feddg.methods.frequency import amplitude_window
+from feddg.seeds import round_seed
 from feddg.training import LocalTrainResult, iterate_batches, segmentation_loss
 
 BANK_FILE = "amplitude_bank.npz"
@@ -85,13 +86,6 @@ class ELCFSExecutor(FedDGExecutor):
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
 
     # ------------------------------------------------------------------ the exchange
-    def _half_widths(self) -> tuple[int, int]:
-        size = self._cfg.data.image_size
-        try:
-            return window_half_widths(size, size, self._cfg.elcfs.alpha, self._cfg.elcfs.min_half_width)
-        except ValueError as e:
-            raise ConfigError(f"data.image_size / elcfs.alpha: {e}") from e
-
     def _send_windows(self, fl_ctx: FLContext) -> Shareable:
         train = self._data["train"]
         caps = [c for c in (self._cfg.elcfs.bank_images, load_site_config(fl_ctx).amplitude_bank_images)
@@ -99,9 +93,9 @@ class ELCFSExecutor(FedDGExecutor):
         n = len(train)
         rows = np.arange(n)
         if caps and min(caps) < n:
-            rng = np.random.default_rng(_site_seed(self._cfg.train.seed, self._site, 0))
+            rng = np.random.default_rng(round_seed(self._cfg.train.seed, self._site, 0))
             rows = np.sort(rng.choice(n, size=min(caps), replace=False))
-        hw = self._half_widths()
+        hw = amplitude_half_widths(self._cfg)
         windows = amplitude_window(train.images[rows], hw)
         size = tuple(train.images.shape[-2:])
         self.log_info(fl_ctx, f"site {self._site}: sending the amplitude windows of {len(rows)} of {n} training "
@@ -110,8 +104,8 @@ class ELCFSExecutor(FedDGExecutor):
 
     def _store_bank(self, shareable: Shareable, fl_ctx: FLContext) -> Shareable:
         try:
-            bank = check_amplitude_bank(from_shareable(shareable), self._half_widths(), max(self._half_widths()),
-                                        known_sites=self._cfg.data.train_sites)
+            hw = amplitude_half_widths(self._cfg)
+            bank = check_amplitude_bank(from_shareable(shareable), hw, max(hw), known_sites=self._cfg.data.train_sites)
         except (PayloadRejected, ValueError) as e:
             self.log_error(fl_ctx, f"site {self._site}: refused the amplitude bank: {e}")
             return make_reply(ReturnCode.BAD_TASK_DATA)

@@ -23,7 +23,6 @@ import copy
 import math
 import os
 import traceback
-import zlib
 from typing import Any
 
 import numpy as np
@@ -45,6 +44,7 @@ from feddg.flare.redact import public, scrub
 from feddg.flare.site_info import site_fingerprint
 from feddg.jsonfile import read_json, write_json
 from feddg.nets.unet import build_model, select_device
+from feddg.seeds import round_seed
 from feddg.training import LocalTrainResult, train_epochs
 
 STATE_DIR = "feddg_site_state"
@@ -181,7 +181,7 @@ class FedDGExecutor(Executor):
                 and "local_val_loss" in previous):
             meta[FedDGMeta.GENERALIZATION_GAP] = meta[FedDGMeta.VAL_LOSS] - previous["local_val_loss"]
 
-        seed = _site_seed(cfg.train.seed, site, current_round)
+        seed = round_seed(cfg.train.seed, site, current_round)
         torch.manual_seed(seed)
         loader = make_loader(self._data["train"], cfg.train.batch_size, shuffle=True,
                              augment=cfg.train.augment, seed=seed)
@@ -273,8 +273,3 @@ class FedDGExecutor(Executor):
         writer = fl_ctx.get_engine().get_component(self.tb_writer_id)
         if writer is not None:
             writer.add_scalar(tag, value, global_step=step)
-
-
-def _site_seed(seed: int, site: str, round_: int) -> int:
-    """A seed per (experiment seed, site, round), stable across processes (unlike ``hash``)."""
-    return (seed * 1_000_003 + zlib.crc32(site.encode()) + round_ * 7919) % (2**31)

@@ -38,9 +38,8 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
     the previous run's history with ``resume_from``.
 
     Args:
-        config_file: the job's ``feddg.yaml``: training sites and R = ``train.rounds``, the total rounds of the
-            whole training (also when a resumed job runs only the rounds left).
-        step_size: d, the paper's default 0.05.
+        config_file: the job's ``feddg.yaml``: training sites, R = ``train.rounds`` (the total rounds of the
+            whole training, also when a resumed job runs only the rounds left) and d = ``ga.step_size``.
         history_file: name of the JSON history in the server's run folder.
         resume_from: path of a previous run's history file to continue from.
     """
@@ -48,15 +47,12 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
     def __init__(
         self,
         config_file: str = CONFIG_FILE,
-        step_size: float = 0.05,
         history_file: str = "ga_weights.json",
         resume_from: str | None = None,
     ):
         super().__init__()
-        if not 0.0 <= step_size < 1.0:
-            raise ValueError(f"step_size must be in [0, 1), got {step_size}")
         self.config_file = config_file
-        self.step_size = step_size
+        self._step_size = 0.0
         self.history_file = history_file
         self.resume_from = resume_from
         self._weights: dict[str, float] = {}
@@ -71,6 +67,7 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
             cfg = load_job_config(fl_ctx, self.config_file)
             sites = cfg.data.train_sites
             self._total_rounds = cfg.train.rounds
+            self._step_size = cfg.ga.step_size
             self._weights = {site: 1.0 / len(sites) for site in sites}
             run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(fl_ctx.get_job_id())
             self._history_path = os.path.join(run_dir, self.history_file)
@@ -107,7 +104,7 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
             elif round_index > 0:  # round 0 carries no gaps by design
                 self.warning(f"round {round_index}: site {site} sent no valid generalization gap ({gap!r}); "
                              f"it keeps its previous weight this round")
-        step = step_size(round_index, self._total_rounds, self.step_size)
+        step = step_size(round_index, self._total_rounds, self._step_size)
         self._weights.update(adjust_weights({s: self._weights[s] for s in present}, gaps, step))
         used = aggregation_weights(self._weights, present)
 

@@ -4,10 +4,15 @@
 from __future__ import annotations
 
 import numpy as np
+from nvflare.apis.event_type import EventType
+from nvflare.apis.fl_context import FLContext
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.app_common.app_constant import AppConstants
 
+from feddg.config import GradAlignConfig
+from feddg.flare.constants import CONFIG_FILE
+from feddg.flare.job_config import load_job_config
 from feddg.methods.gradalign import align_updates
 
 # Normalization running statistics are estimates of the data, not gradients (optional plain averaging).
@@ -25,20 +30,23 @@ class GradientAlignmentAggregator(ModelAggregator):
     from a rejected update is ever added to the global model; a single remaining site gives its own update.
 
     Args:
-        lam: lambda of Eq. (5); the paper's 0.1.
-        seed: seeds the random order in which each site visits the others (with the round, so a run is
-            reproducible).
-        average_norm_stats: average normalization running statistics plainly instead of aligning them.
+        config_file: the job's ``feddg.yaml``: lambda of Eq. (5) and the plain averaging of normalization running
+            statistics (the ``gradalign`` section), and ``train.seed``, which with the round seeds the random order
+            in which each site visits the others (so a run is reproducible).
     """
 
-    def __init__(self, lam: float = 0.1, seed: int = 0, average_norm_stats: bool = True):
+    def __init__(self, config_file: str = CONFIG_FILE):
         super().__init__()
-        if not 0.0 < lam <= 0.5:
-            raise ValueError(f"lam must be in (0, 0.5], got {lam}")
-        self.lam = lam
-        self.seed = seed
-        self.average_norm_stats = average_norm_stats
+        self.config_file = config_file
+        self.settings = GradAlignConfig()
+        self.seed = 0
         self._updates: dict[str, dict[str, np.ndarray]] = {}
+
+    def handle_event(self, event_type: str, fl_ctx: FLContext):
+        super().handle_event(event_type, fl_ctx)
+        if event_type == EventType.START_RUN:
+            cfg = load_job_config(fl_ctx, self.config_file)
+            self.settings, self.seed = cfg.gradalign, cfg.train.seed
 
     def accept_model(self, model: FLModel) -> None:
         site = (model.meta or {}).get("client_name", "?")
@@ -49,7 +57,7 @@ class GradientAlignmentAggregator(ModelAggregator):
     def aligned_keys(self, reference: dict[str, np.ndarray]) -> list[str]:
         """Parameter names that are aligned; the rest are averaged plainly."""
         return [k for k, v in reference.items() if v.dtype.kind == "f"
-                and not (self.average_norm_stats and k.endswith(NORM_STATS_SUFFIXES))]
+                and not (self.settings.average_norm_stats and k.endswith(NORM_STATS_SUFFIXES))]
 
     def aggregate_model(self) -> FLModel:
         if not self._updates:
@@ -60,7 +68,7 @@ class GradientAlignmentAggregator(ModelAggregator):
         flat = np.stack([np.concatenate([u[k].ravel() for k in aligned]) for u in updates])
         r = self.fl_ctx.get_prop(AppConstants.CURRENT_ROUND, 0) if self.fl_ctx else 0
         rng = np.random.default_rng([self.seed, int(r or 0)])
-        corrected = align_updates(flat, self.lam, rng=rng)
+        corrected = align_updates(flat, self.settings.lam, rng=rng)
         changed = int(np.any(corrected != flat, axis=1).sum())
         self.info(f"round {r}: {changed} of {len(sites)} site updates corrected for conflicts")
         mean = corrected.mean(axis=0)

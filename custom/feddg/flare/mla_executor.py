@@ -32,7 +32,7 @@ from nvflare.apis.signal import Signal
 from feddg.config import ConfigError
 from feddg.data.errors import DataError
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
-from feddg.flare.executor import FedDGExecutor, _site_seed
+from feddg.flare.executor import FedDGExecutor
 from feddg.flare.payloads import (
     MLA_BUNDLE,
     PayloadRejected,
@@ -42,6 +42,7 @@ from feddg.flare.payloads import (
 from feddg.flare.site_config import SiteConfigError, load_site_config
 from feddg.methods.mla.encoders import build_feature_encoder, encode, global_model_encoder
 from feddg.mla_bundle import bundle_from_payload, evaluate_with_bundle
+from feddg.seeds import round_seed
 
 MLA_MODEL_NAME = "mla"
 
@@ -137,7 +138,7 @@ class MLAExecutor(FedDGExecutor):
         rows = np.arange(n)
         cap = request.get("max_images")
         if cap is not None and cap < n:
-            rng = np.random.default_rng(_site_seed(cfg.mla.encoder_seed, site, 0))
+            rng = np.random.default_rng(round_seed(cfg.mla.encoder_seed, site, 0))
             rows = np.sort(rng.choice(n, size=cap, replace=False))
         features = encode(encoder.to(self._device), train.images[rows], batch_size=cfg.eval.batch_size)
         self.log_info(fl_ctx, f"site {site}: sending the feature vectors of {len(rows)} of {n} training images "

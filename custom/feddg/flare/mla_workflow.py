@@ -77,8 +77,6 @@ class MLAWorkflow(Controller):
         bundle_dir: the bundle's folder in the server's run folder.
         report_file: the report that :class:`~feddg.flare.controller.LeaveOneSiteOutFedAvg` wrote in the run
             folder; the MLA results are added to it.
-        task_timeout: seconds the feature task waits for the sites.
-        eval_timeout: seconds the evaluation task waits for the sites.
     """
 
     def __init__(
@@ -89,8 +87,6 @@ class MLAWorkflow(Controller):
         persistor_id: str = AppConstants.DEFAULT_PERSISTOR_ID,
         bundle_dir: str = BUNDLE_DIR,
         report_file: str = "feddg_report.json",
-        task_timeout: int = 600,
-        eval_timeout: int = 3600,
     ):
         super().__init__()
         self.config_file = config_file
@@ -99,8 +95,6 @@ class MLAWorkflow(Controller):
         self.persistor_id = persistor_id
         self.bundle_dir = bundle_dir
         self.report_file = report_file
-        self.task_timeout = task_timeout
-        self.eval_timeout = eval_timeout
         self._cfg: FedDGConfig | None = None
 
     def start_controller(self, fl_ctx: FLContext) -> None:
@@ -150,7 +144,7 @@ class MLAWorkflow(Controller):
         width = mla_feature_width(cfg)
         self.log_info(fl_ctx, f"MLA: asking {kept} for the feature vectors of their training images ({width} values "
                               f"each, {cfg.mla.encoder} encoder)")
-        ask = Task(name=self.features_task_name, data=request.to_shareable(), timeout=self.task_timeout)
+        ask = Task(name=self.features_task_name, data=request.to_shareable(), timeout=cfg.mla.features_timeout)
         self.broadcast_and_wait(ask, fl_ctx, targets=kept, min_responses=len(kept), abort_signal=abort_signal)
         if abort_signal.triggered:
             return
@@ -200,7 +194,7 @@ class MLAWorkflow(Controller):
         sites = list(cfg.data.sites)
         self.log_info(fl_ctx, f"MLA: evaluating the attention-combined model at {sites}")
         evaluate = Task(name=self.evaluate_task_name, data=mla_bundle_dxo(bundle_to_payload(bundle)).to_shareable(),
-                        timeout=self.eval_timeout)
+                        timeout=cfg.mla.eval_timeout)
         self.broadcast_and_wait(evaluate, fl_ctx, targets=sites, min_responses=len(sites), abort_signal=abort_signal)
         if abort_signal.triggered:
             return

@@ -1,8 +1,15 @@
 """What may travel between a site and the server, as DXOs, and the checks that enforce it.
 
-Builders (``*_dxo``) and checks (``check_*``) live together so that the executor that builds a payload and the
-filter that guards it agree on one definition. The checks raise :class:`PayloadRejected` with a reason that
-names what is wrong but never carries the values.
+Builders (``*_dxo``) and checks (``check_*``) live together so that the executor that builds a payload, the job's
+filters, the site's egress filter (:mod:`feddg.flare.egress_filter`) and the server agree on one definition. The
+checks raise :class:`PayloadRejected` with a reason that names what is wrong but never carries the values.
+
+Every task (results of the ``train``, ``evaluate`` and ``site_info`` tasks):
+  * ``train`` result: DXO ``WEIGHTS`` or ``WEIGHT_DIFF`` with exactly the keys and shapes of the job's network,
+      finite numbers (:func:`feddg.flare.updates.check_update`, the one "weights fit the network" check), at most
+      a site's parameter budget; meta: scalars under :data:`TRAIN_META`.
+  * ``evaluate`` result: DXO ``METRICS``, nested summaries of scalars; meta :data:`EVALUATE_META`.
+  * ``site_info`` result: DXO ``METRICS`` with two short strings (feddg version, preprocessing hash).
 
 Amplitude exchange (ELCFS):
   * result of the ``amplitude_spectra`` task, DXO kind ``AMPLITUDE_WINDOW``:
@@ -33,10 +40,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from nvflare.apis.dxo import DXO, MetaKey
+from nvflare.apis.dxo import DXO, DataKind, MetaKey
 
-from feddg.methods.mla.features import check_feature_matrix
 from nvflare.apis.shareable import ReservedHeaderKey, Shareable
+
+from feddg.config import ConfigError, FedDGConfig
+from feddg.flare.constants import FedDGMeta
+from feddg.flare.updates import UpdateRejected, check_update
+from feddg.methods.frequency import window_half_widths
+from feddg.methods.mla.features import check_feature_matrix
 
 AMPLITUDE_WINDOW = "AMPLITUDE_WINDOW"
 AMPLITUDE_BANK = "AMPLITUDE_BANK"
@@ -51,8 +63,142 @@ _HEADERS_KEY = ReservedHeaderKey.HEADERS
 _NVFLARE_META = {MetaKey.FILTER_HISTORY}
 
 
+# A site's limits when its policy names none (`feddg install-policy` writes them into privacy.json).
+DEFAULT_MAX_PARAMETERS = 50_000_000  # values in a model update (the papers' U-Net at 384 px has about 2 million)
+DEFAULT_MAX_HALF_WIDTH = 8  # amplitude window: at most 17 x 17 values per channel (alpha 0.01 of an 800 px image)
+DEFAULT_MAX_FEATURE_WIDTH = 512  # MLA feature values per image (the jobs send 128; a 32 x 32 image needs 1024)
+
+# Scalars the results of the shared tasks may carry in their metadata.
+TRAIN_META = {FedDGMeta.NUM_TRAIN_SAMPLES, FedDGMeta.VAL_DICE, FedDGMeta.VAL_LOSS, FedDGMeta.TRAIN_LOSS,
+              FedDGMeta.GENERALIZATION_GAP, MetaKey.NUM_STEPS_CURRENT_ROUND, FedDGMeta.SHARE_LOCAL_MODEL}
+EVALUATE_META = {FedDGMeta.MODEL_NAME, FedDGMeta.ROUND}
+MLA_EVALUATE_META = EVALUATE_META | {"attention_weights", "attention_sites"}
+
+
 class PayloadRejected(ValueError):
     """A payload is not what the task may carry; the message says why (never the values)."""
+
+
+# ------------------------------------------------------------------------------------- train, evaluate, site_info
+
+
+def _is_scalar(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, np.integer, np.floating)):
+        return True
+    return isinstance(value, str) and len(value) <= 256
+
+
+def check_scalar_meta(dxo: DXO, allowed: set[str], max_list: int = 0) -> None:
+    """Meta keys are among ``allowed`` and hold scalars (or, with ``max_list``, short lists / maps of scalars)."""
+    for key, value in (dxo.meta or {}).items():
+        if key in _NVFLARE_META:
+            continue
+        if key not in allowed:
+            raise PayloadRejected(f"meta key {key!r} is not one this task may send")
+        if _is_scalar(value):
+            continue
+        items = list(value.values()) if isinstance(value, Mapping) else value
+        if (max_list and isinstance(items, (list, tuple)) and len(items) <= max_list
+                and all(_is_scalar(v) for v in items)
+                and (not isinstance(value, Mapping) or all(isinstance(k, str) and len(k) <= 256 for k in value))):
+            continue
+        raise PayloadRejected(f"meta {key!r} is not a scalar")
+
+
+def check_weights_payload(dxo: DXO, reference: Mapping[str, np.ndarray], max_parameters: int) -> None:
+    """Model weights or weight differences that fit the reference network: numpy arrays of integers or floats
+    with exactly its keys and shapes, finite (:func:`feddg.flare.updates.check_update`), at most
+    ``max_parameters`` values."""
+    if dxo.data_kind not in (DataKind.WEIGHTS, DataKind.WEIGHT_DIFF):
+        raise PayloadRejected(f"expected model weights or weight differences, got {dxo.data_kind}")
+    if not isinstance(dxo.data, dict):
+        raise PayloadRejected("the weights are not a mapping")
+    for name, value in dxo.data.items():
+        if not isinstance(value, np.ndarray):
+            raise PayloadRejected(f"parameter {name!r} is not an array")
+        if value.dtype.kind not in "fiu":
+            raise PayloadRejected(f"parameter {name!r} has dtype {value.dtype}")
+    try:
+        check_update(dxo.data, reference, against="the job's network")
+    except UpdateRejected as e:
+        raise PayloadRejected(str(e)) from None
+    total = sum(value.size for value in dxo.data.values())
+    if total > max_parameters:
+        raise PayloadRejected(f"{total} values exceed the site's limit of {max_parameters} parameters")
+
+
+def check_metrics_payload(dxo: DXO, max_values: int = 10_000, max_depth: int = 6) -> None:
+    """METRICS: nested mappings whose leaves are scalars; no arrays, a bounded number of values."""
+    if dxo.data_kind != DataKind.METRICS:
+        raise PayloadRejected(f"expected metrics, got {dxo.data_kind}")
+    count = 0
+
+    def walk(node: Any, depth: int) -> None:
+        nonlocal count
+        if depth > max_depth:
+            raise PayloadRejected("metrics nest too deeply")
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if not isinstance(key, str) or len(key) > 256:
+                    raise PayloadRejected("metric names must be short strings")
+                walk(value, depth + 1)
+            return
+        if not _is_scalar(node):
+            raise PayloadRejected(f"a metric value is a {type(node).__name__}, not a scalar")
+        count += 1
+        if count > max_values:
+            raise PayloadRejected(f"more than {max_values} metric values")
+
+    walk(dxo.data, 0)
+
+
+def check_train_result(dxo: DXO | None, reference: Mapping[str, np.ndarray], max_parameters: int) -> None:
+    """The ``train`` result: the site's weights (or their difference) and scalar metadata."""
+    dxo = _required(dxo)
+    check_weights_payload(dxo, reference, max_parameters)
+    check_scalar_meta(dxo, TRAIN_META)
+
+
+def check_evaluate_result(dxo: DXO | None) -> None:
+    """The ``evaluate`` result: metric summaries of the model it received."""
+    dxo = _required(dxo)
+    check_metrics_payload(dxo)
+    check_scalar_meta(dxo, EVALUATE_META)
+
+
+def check_site_info_result(dxo: DXO | None) -> None:
+    """The ``site_info`` result: the site's feddg version and preprocessing hash."""
+    dxo = _required(dxo)
+    check_metrics_payload(dxo, max_values=2)
+    check_scalar_meta(dxo, set())
+
+
+def check_mla_evaluate_result(dxo: DXO | None) -> None:
+    """The ``mla_evaluate`` result: metric summaries of the attention-combined model and the site's attention
+    weights (a short list of scalars in the meta)."""
+    dxo = _required(dxo)
+    check_metrics_payload(dxo)
+    check_scalar_meta(dxo, MLA_EVALUATE_META, max_list=64)
+
+
+def _required(dxo: DXO | None) -> DXO:
+    if dxo is None:
+        raise PayloadRejected("no DXO")
+    return dxo
+
+
+# ------------------------------------------------------------------------------------------- amplitude exchange
+
+
+def amplitude_half_widths(cfg: FedDGConfig) -> tuple[int, int]:
+    """(b_h, b_w): the half-widths of the amplitude window the job exchanges, from ``data.image_size`` and
+    ``elcfs.alpha`` / ``elcfs.min_half_width`` (:func:`feddg.methods.frequency.window_half_widths`). The one place
+    this value is derived: the sites, the server's exchange and every filter call it at run time."""
+    size = cfg.data.image_size
+    try:
+        return window_half_widths(size, size, cfg.elcfs.alpha, cfg.elcfs.min_half_width)
+    except ValueError as e:
+        raise ConfigError(f"data.image_size / elcfs.alpha: {e}") from e
 
 
 def amplitude_window_dxo(windows: np.ndarray, half_widths: tuple[int, int], image_size: tuple[int, int]) -> DXO:
@@ -154,7 +300,7 @@ def _check_half_widths(declared: tuple[int, int], half_widths: tuple[int, int] |
 def check_amplitude_payload(
     dxo: DXO | None,
     half_widths: tuple[int, int] | None = None,
-    max_half_width: int = 8,
+    max_half_width: int = DEFAULT_MAX_HALF_WIDTH,
     max_images: int | None = None,
 ) -> np.ndarray:
     """The result of the amplitude task is exactly the declared window payload; returns the windows.
@@ -185,7 +331,7 @@ def check_amplitude_payload(
 def check_amplitude_bank(
     dxo: DXO | None,
     half_widths: tuple[int, int] | None = None,
-    max_half_width: int = 8,
+    max_half_width: int = DEFAULT_MAX_HALF_WIDTH,
     known_sites: Iterable[str] | None = None,
 ) -> dict[str, np.ndarray]:
     """The bank a site receives: site -> windows of one declared shape, from known sites only."""

@@ -7,10 +7,13 @@ package and exactly the NVFlare classes the generated jobs use, nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from feddg.flare.payloads import DEFAULT_MAX_FEATURE_WIDTH, DEFAULT_MAX_HALF_WIDTH, DEFAULT_MAX_PARAMETERS
 from feddg.jsonfile import read_json_object, write_json
 
 PACKAGE_PREFIX = "feddg."  # a package prefix must end with "." in NVFlare 2.9
@@ -97,17 +100,33 @@ AMPLITUDE_FILTER = "feddg.flare.amplitude_filter.AmplitudeWindowFilter"
 PRIVACY_SCOPE = "feddg"
 
 
-def client_privacy(max_amplitude_images: int | None = None, max_feature_rows: int | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class EgressLimits:
+    """What a site lets out at most, whatever a job asks: the arguments of its egress filter
+    (:class:`feddg.flare.egress_filter.SiteEgressFilter`), options of ``feddg install-policy``."""
+
+    max_parameters: int = DEFAULT_MAX_PARAMETERS  # values in a model update
+    max_half_width: int = DEFAULT_MAX_HALF_WIDTH  # ELCFS: amplitude window half-width (also for incoming banks)
+    max_amplitude_images: int | None = None  # ELCFS: images whose amplitude windows may leave; None: no cap
+    max_feature_width: int = DEFAULT_MAX_FEATURE_WIDTH  # MLA: feature values per image
+    max_feature_rows: int | None = None  # MLA: images whose feature vectors may leave; None: no cap
+
+    def __post_init__(self) -> None:
+        for name, value in dataclasses.asdict(self).items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name.replace('_', '-')}: must be a whole number of at least 1, got {value!r}")
+
+
+def client_privacy(limits: EgressLimits = EgressLimits()) -> dict[str, Any]:
     """``privacy.json``: one scope, the default, so every job runs under it whether it names it or not. On every
-    task the site's egress filter checks the result; incoming amplitude banks are checked too. A job naming any
-    other scope is refused by NVFlare."""
+    task the site's egress filter checks the result against ``limits``, all written out so that the file shows what
+    is enforced; incoming amplitude banks are checked too. A job naming any other scope is refused by NVFlare."""
     return {
         "scopes": [{
             "name": PRIVACY_SCOPE,
             "properties": {},
-            "task_result_filters": [{"path": EGRESS_FILTER, "args": {
-                "max_amplitude_images": max_amplitude_images, "max_feature_rows": max_feature_rows}}],
-            "task_data_filters": [{"path": AMPLITUDE_FILTER, "args": {}}],
+            "task_result_filters": [{"path": EGRESS_FILTER, "args": dataclasses.asdict(limits)}],
+            "task_data_filters": [{"path": AMPLITUDE_FILTER, "args": {"max_half_width": limits.max_half_width}}],
         }],
         "default_scope": PRIVACY_SCOPE,
     }
@@ -174,11 +193,12 @@ def _kind(participant_dir: Path) -> str | None:
 
 
 def install_site_policy(kit: Path, num_gpus: int | None = None, mem_per_gpu_gib: int | None = None,
-                        max_amplitude_images: int | None = None) -> list[Path]:
+                        limits: EgressLimits = EgressLimits()) -> list[Path]:
     """Install the project's policy into one startup kit, or into every kit of a provisioned ``prod_NN`` folder.
 
     Server and clients: ``resources.json`` (allow-list; on clients the GPUs, auto-detected on this machine when
-    ``num_gpus`` is None) and ``authorization.json``. Clients also: ``privacy.json`` and, when absent, a
+    ``num_gpus`` is None) and ``authorization.json``. Clients also: ``privacy.json`` (with ``limits``) and, when
+    absent, a
     ``feddg_site.json.sample`` to copy and edit. Returns the files written.
 
     Every file of every kit is read and checked before the first one is written, so a kit with a broken file
@@ -198,7 +218,7 @@ def install_site_policy(kit: Path, num_gpus: int | None = None, mem_per_gpu_gib:
         resources = resources_with_allow_list(local)
         if _kind(participant) == "client":
             set_gpus(resources, num_gpus, mem_per_gpu_gib or 0)
-            files[local / "privacy.json"] = client_privacy(max_amplitude_images)
+            files[local / "privacy.json"] = client_privacy(limits)
             if not (local / "feddg_site.json").exists():
                 files[local / "feddg_site.json.sample"] = {"amplitude_bank_images": None, "share_local_model": False}
         files[local / "resources.json"] = resources
