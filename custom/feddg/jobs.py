@@ -23,6 +23,7 @@ import yaml
 
 from feddg.config import ELCFSConfig, GAConfig, GradAlignConfig, MLAConfig, config_from_dict
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
+from feddg.flare.site_policy import FED_EVENT_CONVERTER, TB_RECEIVER, TB_WRITER
 
 # CPU-sized defaults on the synthetic data; the README's "paper-sized" section says what to change on a GPU.
 _CPU_MODEL = {"features": [16, 16, 32, 64, 128, 16], "norm": "batch", "dropout": 0.0}
@@ -166,7 +167,7 @@ def server_config(method: str) -> dict[str, Any]:
             {"id": "persistor", "path": "feddg.flare.persistor.FedDGModelPersistor",
              "args": {"config_file": CONFIG_FILE}},
             {"id": "aggregator", **METHODS[method]["aggregator"]},
-            {"id": "tb_receiver", "path": "nvflare.app_opt.tracking.tb.tb_receiver.TBAnalyticsReceiver",
+            {"id": "tb_receiver", "path": TB_RECEIVER,
              "args": {"events": ["fed.analytix_log_stats", "analytix_log_stats"]}},
         ],
     }
@@ -198,8 +199,8 @@ def client_config(method: str) -> dict[str, Any]:
         "task_data_filters": data_filters,
         "task_result_filters": result_filters,
         "components": [
-            {"id": "tb_writer", "path": "nvflare.app_opt.tracking.tb.tb_writer.TBWriter", "args": {}},
-            {"id": "fed_event_converter", "path": "nvflare.app_common.widgets.convert_to_fed_event.ConvertToFedEvent",
+            {"id": "tb_writer", "path": TB_WRITER, "args": {}},
+            {"id": "fed_event_converter", "path": FED_EVENT_CONVERTER,
              "args": {"events_to_convert": ["analytix_log_stats"], "fed_event_prefix": "fed."}},
         ],
     }

@@ -11,12 +11,19 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from feddg.flare.payloads import DEFAULT_MAX_FEATURE_WIDTH, DEFAULT_MAX_HALF_WIDTH, DEFAULT_MAX_PARAMETERS
 from feddg.jsonfile import read_json_object, write_json
 
 PACKAGE_PREFIX = "feddg."  # a package prefix must end with "." in NVFlare 2.9
+
+# The NVFlare classes the generated jobs build: `feddg.jobs` writes its configs with these names, and a test checks
+# that the jobs name exactly these (TensorBoard streaming from the sites to the server).
+TB_RECEIVER = "nvflare.app_opt.tracking.tb.tb_receiver.TBAnalyticsReceiver"
+TB_WRITER = "nvflare.app_opt.tracking.tb.tb_writer.TBWriter"
+FED_EVENT_CONVERTER = "nvflare.app_common.widgets.convert_to_fed_event.ConvertToFedEvent"
+JOB_NVFLARE_CLASSES = (TB_RECEIVER, TB_WRITER, FED_EVENT_CONVERTER)
 
 # Components NVFlare 2.9 itself adds to every job's configs in a POC or a provisioned deployment (streaming a
 # job's error log to the server); without them a job is refused at the sites even though it never names them.
@@ -40,16 +47,9 @@ def component_paths(config: Any) -> set[str]:
     return found
 
 
-def class_allow_list(job_names: Iterable[str] | None = None) -> list[str]:
+def class_allow_list() -> list[str]:
     """The ``feddg`` package prefix plus the NVFlare classes that the generated jobs name or NVFlare adds."""
-    from feddg.jobs import JOBS, render_job
-
-    nvflare_classes: set[str] = set()
-    for name in job_names or JOBS:
-        for rel, content in render_job(name).items():
-            if rel.endswith(".json") and "config_fed_" in rel:
-                nvflare_classes |= {p for p in component_paths(json.loads(content)) if p.startswith("nvflare.")}
-    return [PACKAGE_PREFIX, *sorted(nvflare_classes | set(INJECTED_BY_NVFLARE))]
+    return [PACKAGE_PREFIX, *sorted(set(JOB_NVFLARE_CLASSES) | set(INJECTED_BY_NVFLARE))]
 
 
 def install_resources(local_dir: Path) -> Path:

@@ -1,0 +1,136 @@
+"""Imports run one way: a module imports only from its own layer or the layers below it, the papers' math
+(``feddg.methods``) imports nothing else from the package, and two method folders of the NVFlare glue
+(``feddg.flare.<method>/``) never import each other. Read from the source with ``ast``, so a lazy import inside a
+function counts as much as one at the top.
+
+The layers, lowest first (the README's "Layout of the code" describes them):
+  0. base: the package root, the experiment schema and small utilities every layer uses;
+  1. data, nets, the papers' math and the metrics;
+  2. training, evaluation, reports, and the MLA bundle (a trained model a hospital loads);
+  3. the NVFlare glue (``flare/``);
+  4. tools: the job generator, the CLI, the POC, provisioning, resuming, inference.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "custom" / "feddg"
+
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("base", ("feddg", "feddg.config", "feddg.jsonfile", "feddg.seeds")),
+    ("data, nets, methods", ("feddg.data", "feddg.nets", "feddg.methods", "feddg.metrics")),
+    ("training and evaluation", ("feddg.training", "feddg.evaluation", "feddg.report", "feddg.mla_bundle")),
+    ("flare", ("feddg.flare",)),
+    ("tools", ("feddg.jobs", "feddg.cli", "feddg.poc", "feddg.provisioning", "feddg.resume", "feddg.inference")),
+]
+PURE = "feddg.methods"  # imports nothing from the package but itself
+METHOD_FOLDERS = "feddg.flare"  # its sub-packages are method folders, which never import each other
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, name: str, root: Path) -> set[str]:
+    """Every ``feddg`` module that the file at ``path`` (module ``name``) imports, relative imports resolved."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            # ``from feddg.flare import elcfs`` imports the sub-module feddg.flare.elcfs
+            folder = root.parent / module.replace(".", "/")
+            found |= {f"{module}.{alias.name}" for alias in node.names if (folder / alias.name).is_dir()}
+    return {m for m in found if m == "feddg" or m.startswith("feddg.")}
+
+
+def layer_of(module: str) -> int:
+    """The layer of ``module``: the entry with the longest matching prefix. KeyError for a module in no layer."""
+    best, depth = None, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and prefix.count(".") > depth:
+                best, depth = index, prefix.count(".")
+    if best is None:
+        raise KeyError(module)
+    return best
+
+
+def method_folder(module: str, root: Path) -> str | None:
+    """``feddg.flare.<x>`` when ``module`` lies inside the method folder ``<x>`` (a sub-package of flare)."""
+    parts = module.split(".")
+    if len(parts) >= 3 and ".".join(parts[:2]) == METHOD_FOLDERS:
+        folder = ".".join(parts[:3])
+        if (root.parent / folder.replace(".", "/")).is_dir():
+            return folder
+    return None
+
+
+def violations(root: Path) -> list[str]:
+    """Every import that breaks the rules, as ``importer -> imported: rule``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        name = module_name(path, root)
+        for target in sorted(imported_modules(path, name, root)):
+            if target == name:
+                continue
+            if layer_of(target) > layer_of(name):
+                found.append(f"{name} -> {target}: {LAYERS[layer_of(name)][0]} imports from the higher layer "
+                             f"{LAYERS[layer_of(target)][0]}")
+            if name.startswith(PURE + ".") and not (target == PURE or target.startswith(PURE + ".")):
+                found.append(f"{name} -> {target}: the papers' math imports nothing else from the package")
+            mine, theirs = method_folder(name, root), method_folder(target, root)
+            if mine and theirs and mine != theirs:
+                found.append(f"{name} -> {target}: method folders never import each other")
+    return found
+
+
+def test_every_module_has_a_layer():
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        try:
+            layer_of(module_name(path, PACKAGE))
+        except KeyError as e:
+            missing.append(str(e))
+    assert missing == [], "place these modules in a layer (tests/test_layers.py and the README)"
+
+
+def test_imports_run_one_way():
+    assert violations(PACKAGE) == []
+
+
+@pytest.mark.parametrize("source,target,rule", [
+    ("feddg/flare/persistor.py", "from feddg.jobs import JOBS\n", "imports from the higher layer tools"),
+    ("feddg/methods/ga.py", "def f():\n    from feddg.config import TASKS\n", "imports nothing else"),
+    ("feddg/data/layouts.py", "from ..flare import constants\n", "imports from the higher layer flare"),
+])
+def test_the_check_finds_each_kind_of_violation(tmp_path, source, target, rule):
+    """The rules are checked on a copy of the package with one bad import added."""
+    root = tmp_path / "feddg"
+    shutil.copytree(PACKAGE, root)
+    (root / source.removeprefix("feddg/")).write_text(target)
+    assert any(rule in v for v in violations(root))
+
+
+def test_method_folders_never_import_each_other(tmp_path):
+    root = tmp_path / "feddg"
+    shutil.copytree(PACKAGE, root)
+    for folder in ("alpha", "beta"):
+        (root / "flare" / folder).mkdir()
+        (root / "flare" / folder / "__init__.py").write_text("")
+    (root / "flare" / "beta" / "executor.py").write_text("from feddg.flare.alpha import thing\n")
+    assert violations(root) == ["feddg.flare.beta.executor -> feddg.flare.alpha: method folders never import "
+                                "each other"]
