@@ -22,7 +22,7 @@ from feddg.evaluation import evaluate_sliceset, mean_dice
 from feddg.jobs import experiment
 from feddg.methods.boundary import boundary_loss
 from feddg.methods.episodic import train_episodic
-from feddg.flare.payloads import amplitude_half_widths
+from feddg.flare.elcfs.payloads import amplitude_half_widths
 from feddg.methods.frequency import amplitude_window
 from feddg.nets.unet import build_model, select_device
 from feddg.training import iterate_batches, segmentation_loss, train_epochs

@@ -15,7 +15,7 @@ import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from feddg.config import config_from_dict
-from feddg.flare.gradalign_aggregator import GradientAlignmentAggregator
+from feddg.flare.gradalign.aggregator import GradientAlignmentAggregator
 from feddg.jobs import experiment
 from feddg.nets.unet import build_model
 

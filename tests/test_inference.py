@@ -256,7 +256,7 @@ def _mla_bundle(tmp_path, synthetic_root, exp):
     from feddg.data.dataset import load_site
     from feddg.methods.mla.attention import train_domain_attention
     from feddg.methods.mla.encoders import build_feature_encoder, encode
-    from feddg.mla_bundle import save_bundle
+    from feddg.flare.mla.bundle import save_bundle
 
     cfg = config_from_dict({**exp, "data": {**exp["data"], "root": str(synthetic_root["prostate"])}})
     models = {}

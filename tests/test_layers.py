@@ -6,7 +6,7 @@ function counts as much as one at the top.
 The layers, lowest first (the README's "Layout of the code" describes them):
   0. base: the package root, the experiment schema and small utilities every layer uses;
   1. data, nets, the papers' math and the metrics;
-  2. training, evaluation, reports, and the MLA bundle (a trained model a hospital loads);
+  2. training, evaluation and reports;
   3. the NVFlare glue (``flare/``);
   4. tools: the job generator, the CLI, the POC, provisioning, resuming, inference.
 """
@@ -24,7 +24,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "custom" / "feddg"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("feddg", "feddg.config", "feddg.jsonfile", "feddg.seeds")),
     ("data, nets, methods", ("feddg.data", "feddg.nets", "feddg.methods", "feddg.metrics")),
-    ("training and evaluation", ("feddg.training", "feddg.evaluation", "feddg.report", "feddg.mla_bundle")),
+    ("training and evaluation", ("feddg.training", "feddg.evaluation", "feddg.report", "feddg.flare.mla.bundle")),
     ("flare", ("feddg.flare",)),
     ("tools", ("feddg.jobs", "feddg.cli", "feddg.poc", "feddg.provisioning", "feddg.resume", "feddg.inference")),
 ]

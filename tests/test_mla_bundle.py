@@ -13,7 +13,7 @@ from feddg.config import config_from_dict
 from feddg.methods.mla.attention import DomainAttention, train_domain_attention
 from feddg.methods.mla.combination import combine_state_dicts
 from feddg.methods.mla.encoders import build_feature_encoder, encode, global_model_encoder
-from feddg.mla_bundle import MANIFEST, MLABundle, load_bundle, save_bundle
+from feddg.flare.mla.bundle import MANIFEST, MLABundle, load_bundle, save_bundle
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
 
@@ -238,7 +238,7 @@ def test_loading_does_not_advance_the_global_rng(bundle_dir):
 
 
 def test_payload_round_trip_keeps_every_part(bundle_dir, parts):
-    from feddg.mla_bundle import bundle_from_payload, bundle_to_payload
+    from feddg.flare.mla.bundle import bundle_from_payload, bundle_to_payload
 
     _, models, encoder, attention, images = parts
     payload = bundle_to_payload(load_bundle(bundle_dir))
@@ -277,7 +277,7 @@ def _payload_refused(message):
     (lambda p: p["manifest"]["encoder"].update(kind="pretrained"), "manifest.json: unknown encoder kind 'pretrained'"),
 ])
 def test_payload_refusals_are_those_of_a_folder(bundle_dir, edit, message):
-    from feddg.mla_bundle import bundle_from_payload, bundle_to_payload
+    from feddg.flare.mla.bundle import bundle_from_payload, bundle_to_payload
 
     payload = bundle_to_payload(load_bundle(bundle_dir))
     edit(payload)
@@ -286,7 +286,7 @@ def test_payload_refusals_are_those_of_a_folder(bundle_dir, edit, message):
 
 
 def test_payload_that_is_not_a_mapping():
-    from feddg.mla_bundle import bundle_from_payload
+    from feddg.flare.mla.bundle import bundle_from_payload
 
     with _payload_refused("expected a mapping"):
         bundle_from_payload([1, 2])
@@ -305,7 +305,7 @@ def _labelled(images: np.ndarray, site: str):
 
 def test_evaluate_with_bundle_scores_the_combination_of_the_weight_split(bundle_dir, parts):
     from feddg.evaluation import evaluate_sliceset
-    from feddg.mla_bundle import evaluate_with_bundle
+    from feddg.flare.mla.bundle import evaluate_with_bundle
 
     _, _, _, _, images = parts
     b = load_bundle(bundle_dir)
@@ -324,7 +324,7 @@ def test_evaluate_with_bundle_scores_the_combination_of_the_weight_split(bundle_
 
 def test_per_image_mode_gives_each_image_its_own_model(bundle_dir, parts):
     from feddg.evaluation import evaluate_sliceset, predict_logits, score_logits
-    from feddg.mla_bundle import evaluate_with_bundle
+    from feddg.flare.mla.bundle import evaluate_with_bundle
 
     _, _, _, _, images = parts
     b = load_bundle(bundle_dir)

@@ -128,7 +128,7 @@ def evaluate_folder(
     With a bundle, MLA's application phase runs on each site's images: the attention weights D^w come from the
     site's own images (the bundle's mode, "mean" by default: one combined model per site), Eq. (4) combines the
     local models, and the combination is scored like the global model (rows of model ``mla``)."""
-    from feddg.mla_bundle import evaluate_with_bundle, load_bundle
+    from feddg.flare.mla.bundle import evaluate_with_bundle, load_bundle
 
     if model_path is None and bundle_path is None:
         raise ValueError("nothing to evaluate: give --model, --bundle or both")

@@ -74,12 +74,12 @@ PAPER_SIZE: dict[str, Any] = {
 # Each method: which aggregator the server uses, what the sites' executor sends, what it changes in the experiment.
 METHODS: dict[str, dict[str, Any]] = {
     "fedavg": {
-        "aggregator": {"path": "feddg.flare.fedavg_aggregator.SampleSizeAggregator", "args": {}},
+        "aggregator": {"path": "feddg.flare.fedavg.aggregator.SampleSizeAggregator", "args": {}},
         "executor_args": {},
         "overrides": {},
     },
     "ga": {
-        "aggregator": {"path": "feddg.flare.ga_aggregator.GeneralizationAdjustmentAggregator",
+        "aggregator": {"path": "feddg.flare.ga.aggregator.GeneralizationAdjustmentAggregator",
                        "args": {"config_file": CONFIG_FILE}},
         "executor_args": {"send_generalization_gap": True},
         "overrides": {"ga": GAConfig().model_dump()},
@@ -87,7 +87,7 @@ METHODS: dict[str, dict[str, Any]] = {
     # The paper trains one local iteration per round (train.local_steps: 1); the CPU default keeps the whole
     # local epochs of the other jobs so that the comparison with FedAvg holds.
     "gradalign": {
-        "aggregator": {"path": "feddg.flare.gradalign_aggregator.GradientAlignmentAggregator",
+        "aggregator": {"path": "feddg.flare.gradalign.aggregator.GradientAlignmentAggregator",
                        "args": {"config_file": CONFIG_FILE}},
         "executor_args": {"send_weight_diff": True},
         "overrides": {"gradalign": GradAlignConfig().model_dump()},
@@ -97,7 +97,7 @@ METHODS: dict[str, dict[str, Any]] = {
 # ELCFS (section 4.2): gamma = 0.1 for fundus, 0.5 for prostate; the rest of the elcfs section keeps the paper's
 # values (alpha 0.01 with a 3 x 3 floor at CPU sizes, lambda ~ U(0, 1), beta 1e-3, tau 0.05, first order).
 _ELCFS = {
-    "executor": "feddg.flare.elcfs_executor.ELCFSExecutor",
+    "executor": "feddg.flare.elcfs.executor.ELCFSExecutor",
     "exchange": True,
     # The elcfs section is written out in full; contrast_denominator "all": see feddg/methods/boundary.py (measured).
     "overrides": {"elcfs": {**ELCFSConfig().model_dump(), "contrast_denominator": "all"}},
@@ -110,11 +110,11 @@ METHODS["elcfs_ga"] = {**METHODS["ga"], **_ELCFS, "tasks": ["prostate"],
 
 # MLA-BIN: BIN-Net (BIN blocks in the top 3 encoder levels, section 2.3) trained with FedAvg, then MLA (section
 # 2.2): the server keeps the final local models of the sites that opt in, builds the domain feature bank, trains
-# the domain attention module and evaluates the attention-combined model everywhere (feddg/flare/mla_workflow.py).
+# the domain attention module and evaluates the attention-combined model everywhere (feddg/flare/mla/workflow.py).
 # The mla section is written out in full so that a job copy can switch to `encoder: global` and the like.
 METHODS["mlabin"] = {
     **METHODS["fedavg"],
-    "executor": "feddg.flare.mla_executor.MLAExecutor",
+    "executor": "feddg.flare.mla.executor.MLAExecutor",
     "mla": True,
     "overrides": {"model": {"bin_levels": 3}, "mla": MLAConfig().model_dump()},
 }
@@ -142,7 +142,7 @@ def experiment(task: str, method: str, overrides: dict | None = None) -> dict[st
 def server_config(method: str) -> dict[str, Any]:
     exchange = [{
         "id": "amplitude_exchange",
-        "path": "feddg.flare.amplitude_exchange.AmplitudeExchange",
+        "path": "feddg.flare.elcfs.exchange.AmplitudeExchange",
         "args": {"config_file": CONFIG_FILE},
     }] if METHODS[method].get("exchange") else []
     mla = METHODS[method].get("mla", False)
@@ -153,7 +153,7 @@ def server_config(method: str) -> dict[str, Any]:
         controller_args["keep_local_models"] = True
         after.append({
             "id": "mla",
-            "path": "feddg.flare.mla_workflow.MLAWorkflow",
+            "path": "feddg.flare.mla.workflow.MLAWorkflow",
             "args": {"config_file": CONFIG_FILE, "persistor_id": "persistor", "report_file": "feddg_report.json"},
         })
     return {
@@ -181,12 +181,12 @@ def client_config(method: str) -> dict[str, Any]:
     data_filters, result_filters = [], []
     if spec.get("exchange"):
         tasks += [FedDGTask.AMPLITUDE_SPECTRA, FedDGTask.AMPLITUDE_BANK]
-        guard = {"path": "feddg.flare.amplitude_filter.AmplitudeWindowFilter", "args": {"config_file": CONFIG_FILE}}
+        guard = {"path": "feddg.flare.elcfs.filter.AmplitudeWindowFilter", "args": {"config_file": CONFIG_FILE}}
         result_filters.append({"tasks": [FedDGTask.AMPLITUDE_SPECTRA], "filters": [guard]})
         data_filters.append({"tasks": [FedDGTask.AMPLITUDE_BANK], "filters": [guard]})
     if spec.get("mla"):
         tasks += [FedDGTask.MLA_FEATURES, FedDGTask.MLA_EVALUATE]
-        guard = {"path": "feddg.flare.feature_filter.FeatureMatrixFilter", "args": {"config_file": CONFIG_FILE}}
+        guard = {"path": "feddg.flare.mla.filter.FeatureMatrixFilter", "args": {"config_file": CONFIG_FILE}}
         result_filters.append({"tasks": [FedDGTask.MLA_FEATURES], "filters": [guard]})
     return {
         "format_version": 2,

@@ -127,7 +127,7 @@ def test_prostate_gradalign(tmp_path, synthetic_root):
     ws = tmp_path / "ws"
     result = run_job(job, ws, "-t", "6")
     check_run(result, ws, ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "RUNMC", ["prostate"], 2)
-    assert "gradalign_aggregator" in (ws / "server" / "simulate_job" / "app_server" / "config"
+    assert "feddg.flare.gradalign.aggregator" in (ws / "server" / "simulate_job" / "app_server" / "config"
                                       / "config_fed_server.json").read_text()
 
 
@@ -161,7 +161,7 @@ def test_prostate_elcfs_ga(tmp_path, synthetic_root):
 
 
 def test_prostate_mlabin_keeps_local_models_builds_the_bundle_and_scores_mla(tmp_path, synthetic_root):
-    from feddg.mla_bundle import load_bundle
+    from feddg.flare.mla.bundle import load_bundle
 
     exp = tiny_experiment("prostate", root=str(synthetic_root["prostate"]), rounds=1)
     exp["mla"] = {"attention_epochs": 5}

@@ -12,7 +12,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from feddg.config import config_from_dict
 from feddg.flare.constants import FedDGMeta
 from feddg.flare.controller import LeaveOneSiteOutFedAvg
-from feddg.flare.fedavg_aggregator import SampleSizeAggregator
+from feddg.flare.fedavg.aggregator import SampleSizeAggregator
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context
 
@@ -124,7 +124,7 @@ def _shared(site, value, **kw):
 
 
 def _store(tmp_path):
-    from feddg.flare.local_models import LOCAL_MODELS_DIR, LocalModelStore
+    from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, LocalModelStore
 
     return LocalModelStore(tmp_path / "ws" / "server" / "job1" / LOCAL_MODELS_DIR)
 

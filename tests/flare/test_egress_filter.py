@@ -15,7 +15,7 @@ from nvflare.apis.shareable import make_reply
 from feddg.config import config_from_dict
 from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.egress_filter import SiteEgressFilter
-from feddg.flare.payloads import amplitude_window_dxo
+from feddg.flare.elcfs.payloads import amplitude_window_dxo
 from feddg.methods.frequency import amplitude_window
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment

@@ -12,8 +12,8 @@ from nvflare.apis.fl_constant import FilterKey, FLContextKey, ReturnCode
 from nvflare.apis.shareable import Shareable, make_reply
 
 from feddg.flare.constants import FedDGTask
-from feddg.flare.feature_filter import FeatureMatrixFilter
-from feddg.flare.payloads import FEATURE_MATRIX, feature_matrix_dxo, feature_request_dxo
+from feddg.flare.mla.filter import FeatureMatrixFilter
+from feddg.flare.mla.payloads import FEATURE_MATRIX, feature_matrix_dxo, feature_request_dxo
 from feddg.methods.mla.encoders import build_feature_encoder, encode
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context

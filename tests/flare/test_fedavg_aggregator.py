@@ -5,7 +5,7 @@ import pytest
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from feddg.flare.constants import FedDGMeta
-from feddg.flare.fedavg_aggregator import SampleSizeAggregator
+from feddg.flare.fedavg.aggregator import SampleSizeAggregator
 from feddg.flare.updates import UpdateRejected, check_update
 
 

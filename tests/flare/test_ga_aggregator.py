@@ -13,7 +13,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.app_constant import AppConstants
 
 from feddg.flare.constants import FedDGMeta
-from feddg.flare.ga_aggregator import GeneralizationAdjustmentAggregator
+from feddg.flare.ga.aggregator import GeneralizationAdjustmentAggregator
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context
 

@@ -10,7 +10,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from nvflare.apis.event_type import EventType
 
-from feddg.flare.gradalign_aggregator import GradientAlignmentAggregator
+from feddg.flare.gradalign.aggregator import GradientAlignmentAggregator
 from feddg.methods.gradalign import align_updates, random_orders
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context

@@ -41,7 +41,7 @@ from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
 from feddg.flare.site_info import mismatch
 from feddg.jsonfile import write_json
-from feddg.flare.local_models import LOCAL_MODELS_DIR, LocalModelStore
+from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, LocalModelStore
 from feddg.flare.updates import UpdateRejected, check_update
 from feddg.report import evaluation_rows, format_table, mean_of, software_versions, write_report
 
@@ -70,7 +70,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         keep_local_models: MLA: in the final round, store the local model of every training site whose update
             carries ``share_local_model: true`` (set by the site's executor from the site's own
             ``local/feddg_site.json``; a job cannot opt a site in) in ``<run folder>/mla_local_models/``
-            (:class:`feddg.flare.local_models.LocalModelStore`), each as soon as it arrives. A WEIGHT_DIFF update
+            (:class:`feddg.flare.mla.local_models.LocalModelStore`), each as soon as it arrives. A WEIGHT_DIFF update
             is stored as received global model + difference. Sites that did not opt in are named in the log.
     """
 

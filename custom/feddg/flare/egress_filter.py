@@ -45,10 +45,15 @@ from nvflare.apis.dxo import DXO
 from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
 from feddg.flare.payload_filter import Check, PayloadFilter
-from feddg.flare.payloads import (DEFAULT_MAX_FEATURE_WIDTH, DEFAULT_MAX_HALF_WIDTH, DEFAULT_MAX_PARAMETERS,
-                                  PayloadRejected, check_amplitude_payload, check_evaluate_result,
-                                  check_feature_payload, check_mla_evaluate_result, check_site_info_result,
-                                  check_train_result)
+from feddg.flare.elcfs.payloads import DEFAULT_MAX_HALF_WIDTH, check_amplitude_payload
+from feddg.flare.mla.payloads import DEFAULT_MAX_FEATURE_WIDTH, check_feature_payload, check_mla_evaluate_result
+from feddg.flare.payloads import (
+    DEFAULT_MAX_PARAMETERS,
+    PayloadRejected,
+    check_evaluate_result,
+    check_site_info_result,
+    check_train_result,
+)
 
 
 class SiteEgressFilter(PayloadFilter):

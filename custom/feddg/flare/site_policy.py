@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from feddg.flare.payloads import DEFAULT_MAX_FEATURE_WIDTH, DEFAULT_MAX_HALF_WIDTH, DEFAULT_MAX_PARAMETERS
+from feddg.flare.elcfs.payloads import DEFAULT_MAX_HALF_WIDTH
+from feddg.flare.mla.payloads import DEFAULT_MAX_FEATURE_WIDTH
+from feddg.flare.payloads import DEFAULT_MAX_PARAMETERS
 from feddg.jsonfile import read_json_object, write_json
 
 PACKAGE_PREFIX = "feddg."  # a package prefix must end with "." in NVFlare 2.9
@@ -96,7 +98,7 @@ def resources_with_allow_list(local_dir: Path) -> dict[str, Any]:
 # What a hospital installs into its startup kit (``feddg install-policy KIT``), beyond the allow-list above.
 
 EGRESS_FILTER = "feddg.flare.egress_filter.SiteEgressFilter"
-AMPLITUDE_FILTER = "feddg.flare.amplitude_filter.AmplitudeWindowFilter"
+AMPLITUDE_FILTER = "feddg.flare.elcfs.filter.AmplitudeWindowFilter"
 PRIVACY_SCOPE = "feddg"
 
 

@@ -25,7 +25,7 @@ ATTACKS = [
 
 
 def _payload(mode: str, weight_names: list[str]) -> Shareable:
-    from feddg.flare.payloads import amplitude_window_dxo
+    from feddg.flare.elcfs.payloads import amplitude_window_dxo
     from feddg.methods.frequency import amplitude_window
 
     image = np.random.default_rng(0).random((4, 1, 32, 32)).astype(np.float32)

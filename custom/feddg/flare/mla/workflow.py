@@ -2,7 +2,7 @@
 the MLA bundle, and the evaluation of the attention-combined model at every site.
 
 List it in ``workflows`` after :class:`feddg.flare.controller.LeaveOneSiteOutFedAvg` with ``keep_local_models``
-(which keeps the final local model of every training site that opted in, see :mod:`feddg.flare.local_models`):
+(which keeps the final local model of every training site that opted in, see :mod:`feddg.flare.mla.local_models`):
 
 1. **Who takes part.** The training sites whose final local model the server kept. A site that did not opt in
    (``"share_local_model": true`` in its own ``local/feddg_site.json``) is named in the log with how to opt in, and
@@ -11,16 +11,16 @@ List it in ``workflows`` after :class:`feddg.flare.controller.LeaveOneSiteOutFed
    every site: by default the recipe of a seeded random CNN (kind, seed, sizes; each site builds it), or with
    ``mla.encoder: global`` the final global model's weights (read through the persistor's ``FL_global_model.pt``,
    the model the FedAvg workflow saved last). Result (DXO ``FEATURE_MATRIX``, guarded at the site by
-   :class:`feddg.flare.feature_filter.FeatureMatrixFilter`): a float32 (images x features) matrix and its count.
+   :class:`feddg.flare.mla.filter.FeatureMatrixFilter`): a float32 (images x features) matrix and its count.
 3. The server checks each matrix (:func:`feddg.flare.payloads.check_feature_payload`). A site that sent no valid
    features is left out of the DAM with a warning, and its local model out of the combination. With fewer than
    two usable sites MLA is skipped with a message that says why; the job still succeeds with its FedAvg results.
 4. The DAM is trained on the bank (:func:`feddg.methods.mla.attention.train_domain_attention`, ``mla.attention_*``); its
    accuracy on the bank (overall and per site) goes to the log and the report. The MLA bundle (local models,
-   encoder, DAM; :func:`feddg.mla_bundle.save_bundle`) is written to ``<run folder>/mla_bundle/``, which
+   encoder, DAM; :func:`feddg.flare.mla.bundle.save_bundle`) is written to ``<run folder>/mla_bundle/``, which
    ``nvflare job download`` and the simulator workspace contain.
 5. ``mla_evaluate`` to every site, the unseen one included. Task data (DXO ``MLA_BUNDLE``): the bundle's payload
-   form (:func:`feddg.mla_bundle.bundle_to_payload`). Each site weights the local models by the DAM's output on its
+   form (:func:`feddg.flare.mla.bundle.bundle_to_payload`). Each site weights the local models by the DAM's output on its
    own evaluation images (Eq. 4) and scores the combination; the server adds the model ``"mla"`` to
    ``feddg_report.json`` (``models["mla"]``, table rows after final / best, and an ``mla`` section with the
    attention weights per site, the DAM's accuracy and the sites that took part) and prints the table, with the
@@ -53,13 +53,14 @@ from feddg.config import FedDGConfig, mla_feature_width
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
 from feddg.flare.controller import OPT_IN_HINT, stream_rows
 from feddg.flare.job_config import load_job_config
-from feddg.flare.local_models import LOCAL_MODELS_DIR, LocalModelStore
-from feddg.flare.mla_executor import MLA_MODEL_NAME
-from feddg.flare.payloads import PayloadRejected, check_feature_payload, feature_request_dxo, mla_bundle_dxo
+from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, LocalModelStore
+from feddg.flare.mla.executor import MLA_MODEL_NAME
+from feddg.flare.mla.payloads import check_feature_payload, feature_request_dxo, mla_bundle_dxo
+from feddg.flare.payloads import PayloadRejected
 from feddg.jsonfile import read_json
 from feddg.methods.mla.attention import train_domain_attention
 from feddg.methods.mla.encoders import build_feature_encoder, global_model_encoder
-from feddg.mla_bundle import bundle_to_payload, load_bundle, save_bundle
+from feddg.flare.mla.bundle import bundle_to_payload, load_bundle, save_bundle
 from feddg.nets.unet import build_model
 from feddg.report import compare_models, evaluation_rows, format_table, write_report
 

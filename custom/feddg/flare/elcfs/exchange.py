@@ -10,7 +10,7 @@ List it in ``workflows`` before :class:`feddg.flare.controller.LeaveOneSiteOutFe
    sent nothing valid is left out with a warning. With fewer than two sites in the bank ELCFS cannot transfer any
    distribution, and the job stops here with a message that says so.
 3. ``amplitude_bank`` to every training site. Task data (DXO ``AMPLITUDE_BANK``): {site: windows}. Each site keeps
-   the other sites' entries in its workspace (:class:`feddg.flare.elcfs_executor.ELCFSExecutor`) and acknowledges.
+   the other sites' entries in its workspace (:class:`feddg.flare.elcfs.executor.ELCFSExecutor`) and acknowledges.
 
 The server keeps nothing of the bank after sending it.
 """
@@ -28,7 +28,8 @@ from nvflare.apis.signal import Signal
 from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
 from feddg.flare.job_config import load_job_config
-from feddg.flare.payloads import PayloadRejected, amplitude_bank_dxo, amplitude_half_widths, check_amplitude_payload
+from feddg.flare.elcfs.payloads import amplitude_bank_dxo, amplitude_half_widths, check_amplitude_payload
+from feddg.flare.payloads import PayloadRejected
 
 
 class AmplitudeExchange(Controller):

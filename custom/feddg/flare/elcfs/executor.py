@@ -30,7 +30,8 @@ from feddg.config import ConfigError
 from feddg.data.errors import DataError
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
 from feddg.flare.executor import FedDGExecutor, LocalTrainingError
-from feddg.flare.payloads import PayloadRejected, amplitude_half_widths, amplitude_window_dxo, check_amplitude_bank
+from feddg.flare.elcfs.payloads import amplitude_half_widths, amplitude_window_dxo, check_amplitude_bank
+from feddg.flare.payloads import PayloadRejected
 from feddg.flare.site_config import SiteConfigError, load_site_config
 from feddg.methods.boundary import boundary_loss
 from feddg.methods.episodic import train_episodic

@@ -5,7 +5,7 @@ keep its final local model by setting ``"share_local_model": true`` in its own `
 (:mod:`feddg.flare.site_config`); its executor then flags the training result
 (:attr:`feddg.flare.constants.FedDGMeta.SHARE_LOCAL_MODEL`), and
 :class:`feddg.flare.controller.LeaveOneSiteOutFedAvg` (``keep_local_models``) stores the final round's flagged
-updates here as soon as each arrives. :class:`feddg.flare.mla_workflow.MLAWorkflow` reads them after training.
+updates here as soon as each arrives. :class:`feddg.flare.mla.workflow.MLAWorkflow` reads them after training.
 
     <server run folder>/mla_local_models/
       index.json       which site is in which file, the round, the site's training-set size; the sites whose

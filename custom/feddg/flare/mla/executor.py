@@ -12,7 +12,7 @@ Tasks, on top of :class:`feddg.flare.executor.FedDGExecutor`'s ``train`` and ``e
     receives them). All training images, or a seeded random subset of ``max_images`` (the job's
     ``mla.feature_images``). The unseen site refuses it.
   * ``mla_evaluate``: in (DXO ``MLA_BUNDLE``), the MLA bundle (local models, encoder, attention module), checked as
-    :func:`feddg.mla_bundle.load_bundle` checks a folder. The site computes the attention weights D^w from its
+    :func:`feddg.flare.mla.bundle.load_bundle` checks a folder. The site computes the attention weights D^w from its
     own evaluation images (the unseen site: its test images; a training site: its validation split), combines
     G = sum_i D^w_i l_i (Eq. 4) and scores G with the ``evaluate`` task's metric code on the same splits. Out: DXO
     ``METRICS`` with the weights {site: D^w_i} in the meta (``attention_weights``).
@@ -33,15 +33,11 @@ from feddg.config import ConfigError
 from feddg.data.errors import DataError
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.executor import FedDGExecutor
-from feddg.flare.payloads import (
-    MLA_BUNDLE,
-    PayloadRejected,
-    check_feature_request,
-    feature_matrix_dxo,
-)
+from feddg.flare.mla.payloads import MLA_BUNDLE, check_feature_request, feature_matrix_dxo
+from feddg.flare.payloads import PayloadRejected
 from feddg.flare.site_config import SiteConfigError, load_site_config
 from feddg.methods.mla.encoders import build_feature_encoder, encode, global_model_encoder
-from feddg.mla_bundle import bundle_from_payload, evaluate_with_bundle
+from feddg.flare.mla.bundle import bundle_from_payload, evaluate_with_bundle
 from feddg.seeds import round_seed
 
 MLA_MODEL_NAME = "mla"
