@@ -300,16 +300,15 @@ def test_evaluate_needs_a_model_or_a_bundle(tmp_path, synthetic_root, capsys):
 
 
 def test_simulate_opts_the_simulated_sites_in_for_jobs_that_keep_local_models(tmp_path):
-    from feddg.cli import job_keeps_local_models, opt_in_simulated_sites
+    from feddg.cli import configure_simulated_sites
     from feddg.jobs import write_job
 
     mla_job = write_job(tmp_path / "jobs", "prostate_mlabin")
     plain_job = write_job(tmp_path / "jobs", "prostate_fedavg")
-    assert job_keeps_local_models(mla_job) and not job_keeps_local_models(plain_job)
-    assert opt_in_simulated_sites(plain_job, tmp_path / "ws1" / "local") is None
+    assert configure_simulated_sites(plain_job, tmp_path / "ws1" / "local") is None
     assert not (tmp_path / "ws1" / "local" / "feddg_site.json").exists()
-    path = opt_in_simulated_sites(mla_job, tmp_path / "ws2" / "local")
-    assert json.loads(path.read_text()) == {"share_local_model": True}
+    path, settings = configure_simulated_sites(mla_job, tmp_path / "ws2" / "local")
+    assert json.loads(path.read_text()) == settings == {"share_local_model": True}
     path.write_text('{"share_local_model": false}')  # the user's own file stays
-    assert opt_in_simulated_sites(mla_job, tmp_path / "ws2" / "local") is None
+    assert configure_simulated_sites(mla_job, tmp_path / "ws2" / "local") is None
     assert json.loads(path.read_text()) == {"share_local_model": False}

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from feddg.cli import main
-from feddg.flare.site_policy import PACKAGE_PREFIX, EgressLimits, client_privacy, install_site_policy
+from feddg.flare.egress_filter import egress_limits
+from feddg.flare.site_policy import PACKAGE_PREFIX, client_privacy, install_site_policy
 
 DEFAULT_RESOURCES = {"format_version": 2, "components": [
     {"id": "resource_manager", "path": "nvflare.app_common.resource_managers.gpu_resource_manager.GPUResourceManager",
@@ -72,7 +72,7 @@ def test_the_egress_limits_are_options_written_into_every_client_kit(tmp_path):
     for site in ("site-1", "site-2"):
         scope = json.loads((prod / site / "local" / "privacy.json").read_text())["scopes"][0]
         egress = scope["task_result_filters"][0]["args"]
-        assert egress == {**dataclasses.asdict(EgressLimits()), "max_half_width": 4, "max_amplitude_images": 200,
+        assert egress == {**egress_limits(), "max_half_width": 4, "max_amplitude_images": 200,
                           "max_feature_rows": 100}
         assert scope["task_data_filters"][0]["args"] == {"max_half_width": 4}  # incoming banks: the same cap
 

@@ -67,12 +67,10 @@ def _cmd_make_jobs(args: argparse.Namespace) -> int:
 
 
 def _cmd_install_policy(args: argparse.Namespace) -> int:
-    from dataclasses import fields
+    from feddg.flare.egress_filter import all_site_limits
+    from feddg.flare.site_policy import install_site_policy
 
-    from feddg.flare.site_policy import EgressLimits, install_site_policy
-
-    limits = EgressLimits(**{f.name: getattr(args, f.name) for f in fields(EgressLimits)
-                             if getattr(args, f.name) is not None})
+    limits = {name: getattr(args, name) for name in all_site_limits()}
     for path in install_site_policy(Path(args.kit), args.gpus, args.gpu_mem, limits):
         print(f"wrote {path}")
     return 0
@@ -105,10 +103,11 @@ def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
 
     local = Path(args.workspace) / "local"
     install_resources(local)
-    opted_in = opt_in_simulated_sites(Path(args.job), local)
-    if opted_in is not None:
-        print(f"this job keeps the sites' local models for MLA; all simulated sites are yours, so {opted_in} opts "
-              f"them in (share_local_model: true)", flush=True)
+    configured = configure_simulated_sites(Path(args.job), local)
+    if configured is not None:
+        path, settings = configured
+        print(f"this job asks the sites' own settings {settings}; all simulated sites are yours, so {path} sets "
+              f"them", flush=True)
     nvflare = shutil.which("nvflare")
     if nvflare is None:
         raise OSError("the nvflare command is not on PATH; install the requirements first")
@@ -118,31 +117,34 @@ def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
     return 1  # not reached
 
 
-def job_keeps_local_models(job: Path) -> bool:
-    """Whether any server app of the job folder runs a workflow with ``keep_local_models: true`` (MLA jobs)."""
-    for config in Path(job).glob("*/config/config_fed_server.json"):
+def job_component_paths(job: Path) -> set[str]:
+    """Every component class the NVFlare configs of the job folder name."""
+    from feddg.flare.site_policy import component_paths
+
+    found: set[str] = set()
+    for config in Path(job).glob("*/config/config_fed_*.json"):
         try:
-            server = json.loads(config.read_text())
+            found |= component_paths(json.loads(config.read_text()))
         except (OSError, ValueError):
             continue
-        if any(isinstance(w, dict) and (w.get("args") or {}).get("keep_local_models") is True
-               for w in server.get("workflows", [])):
-            return True
-    return False
+    return found
 
 
-def opt_in_simulated_sites(job: Path, local_dir: Path) -> Path | None:
-    """In the simulator every site is the user's own: for a job that keeps local models, write
-    ``<workspace>/local/feddg_site.json`` with ``{"share_local_model": true}`` (the simulator copies the workspace's
-    ``local`` folder to every site) unless the workspace already has one. Returns the file written, or None."""
+def configure_simulated_sites(job: Path, local_dir: Path) -> tuple[Path, dict] | None:
+    """In the simulator every site is the user's own: when the job's methods ask something of a site's own
+    ``local/feddg_site.json`` (:func:`feddg.flare.registry.simulated_site_config`; MLA: share the local model), write
+    it to ``<workspace>/local/feddg_site.json`` (the simulator copies the workspace's ``local`` folder to every site)
+    unless the workspace already has one. Returns (the file written, its settings), or None."""
+    from feddg.flare.registry import simulated_site_config
     from feddg.flare.site_config import SITE_CONFIG_FILE
 
     path = Path(local_dir) / SITE_CONFIG_FILE
-    if path.exists() or not job_keeps_local_models(job):
+    settings = simulated_site_config(job_component_paths(job))
+    if path.exists() or not settings:
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"share_local_model": True}, indent=2) + "\n")
-    return path
+    path.write_text(json.dumps(settings, indent=2) + "\n")
+    return path, settings
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -166,6 +168,8 @@ def _cmd_segment(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from feddg.flare.egress_filter import all_site_limits
+
     parser = argparse.ArgumentParser(prog="feddg", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -224,12 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kit", help="one server/client kit, or the prod_NN folder of `nvflare provision`")
     p.add_argument("--gpus", type=int, help="GPUs of this site (default: detected on this machine)")
     p.add_argument("--gpu-mem", type=int, help="GiB per GPU (default: detected)")
-    p.add_argument("--max-parameters", type=int, help="most values a model update may carry (default 50000000)")
-    p.add_argument("--max-half-width", type=int,
-                   help="largest ELCFS amplitude window half-width that may leave or arrive (default 8: 17 x 17)")
-    p.add_argument("--max-amplitude-images", type=int, help="most images whose ELCFS amplitude windows may leave")
-    p.add_argument("--max-feature-width", type=int, help="most MLA feature values per image (default 512)")
-    p.add_argument("--max-feature-rows", type=int, help="most images whose MLA feature vectors may leave")
+    for name, limit in all_site_limits().items():  # the site's egress limits: the shared one and each method's
+        p.add_argument(f"--{name.replace('_', '-')}", type=int, dest=name, help=limit.help)
     p.set_defaults(func=_cmd_install_policy)
 
     p = sub.add_parser("poc", help="rehearse a job in a local multi-site POC with the consortium's kits and policy")

@@ -14,15 +14,15 @@ installed ``feddg`` package.
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from feddg.config import ELCFSConfig, GAConfig, GradAlignConfig, MLAConfig, config_from_dict
+from feddg.config import config_from_dict
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
+from feddg.flare.registry import merge, method, methods
 from feddg.flare.site_policy import FED_EVENT_CONVERTER, TB_RECEIVER, TB_WRITER
 
 # CPU-sized defaults on the synthetic data; the README's "paper-sized" section says what to change on a GPU.
@@ -71,133 +71,53 @@ PAPER_SIZE: dict[str, Any] = {
     "train": {"rounds": 100, "local_epochs": 1, "batch_size": 5},
 }
 
-# Each method: which aggregator the server uses, what the sites' executor sends, what it changes in the experiment.
-METHODS: dict[str, dict[str, Any]] = {
-    "fedavg": {
-        "aggregator": {"path": "feddg.flare.fedavg.aggregator.SampleSizeAggregator", "args": {}},
-        "executor_args": {},
-        "overrides": {},
-    },
-    "ga": {
-        "aggregator": {"path": "feddg.flare.ga.aggregator.GeneralizationAdjustmentAggregator",
-                       "args": {"config_file": CONFIG_FILE}},
-        "executor_args": {"send_generalization_gap": True},
-        "overrides": {"ga": GAConfig().model_dump()},
-    },
-    # The paper trains one local iteration per round (train.local_steps: 1); the CPU default keeps the whole
-    # local epochs of the other jobs so that the comparison with FedAvg holds.
-    "gradalign": {
-        "aggregator": {"path": "feddg.flare.gradalign.aggregator.GradientAlignmentAggregator",
-                       "args": {"config_file": CONFIG_FILE}},
-        "executor_args": {"send_weight_diff": True},
-        "overrides": {"gradalign": GradAlignConfig().model_dump()},
-    },
-}
-
-# ELCFS (section 4.2): gamma = 0.1 for fundus, 0.5 for prostate; the rest of the elcfs section keeps the paper's
-# values (alpha 0.01 with a 3 x 3 floor at CPU sizes, lambda ~ U(0, 1), beta 1e-3, tau 0.05, first order).
-_ELCFS = {
-    "executor": "feddg.flare.elcfs.executor.ELCFSExecutor",
-    "exchange": True,
-    # The elcfs section is written out in full; contrast_denominator "all": see feddg/methods/boundary.py (measured).
-    "overrides": {"elcfs": {**ELCFSConfig().model_dump(), "contrast_denominator": "all"}},
-    "task_overrides": {"prostate": {"elcfs": {"boundary_weight": 0.5}},
-                       "fundus": {"elcfs": {"boundary_weight": 0.1}}},
-}
-METHODS["elcfs"] = {**METHODS["fedavg"], **_ELCFS}
-METHODS["elcfs_ga"] = {**METHODS["ga"], **_ELCFS, "tasks": ["prostate"],
-                        "overrides": {**METHODS["ga"]["overrides"], **_ELCFS["overrides"]}}
-
-# MLA-BIN: BIN-Net (BIN blocks in the top 3 encoder levels, section 2.3) trained with FedAvg, then MLA (section
-# 2.2): the server keeps the final local models of the sites that opt in, builds the domain feature bank, trains
-# the domain attention module and evaluates the attention-combined model everywhere (feddg/flare/mla/workflow.py).
-# The mla section is written out in full so that a job copy can switch to `encoder: global` and the like.
-METHODS["mlabin"] = {
-    **METHODS["fedavg"],
-    "executor": "feddg.flare.mla.executor.MLAExecutor",
-    "mla": True,
-    "overrides": {"model": {"bin_levels": 3}, "mla": MLAConfig().model_dump()},
-}
-
-JOBS = [f"{task}_{method}" for method, spec in METHODS.items() for task in TASK_DEFAULTS
-        if task in spec.get("tasks", TASK_DEFAULTS)]
+JOBS = [f"{task}_{name}" for name, m in methods().items() for task in TASK_DEFAULTS if m.supports(task)]
 
 
-def _merge(base: dict, overrides: dict) -> dict:
-    out = copy.deepcopy(base)
-    for key, value in overrides.items():
-        out[key] = _merge(out.get(key, {}), value) if isinstance(value, dict) else value
-    return out
-
-
-def experiment(task: str, method: str, overrides: dict | None = None) -> dict[str, Any]:
+def experiment(task: str, method_name: str, overrides: dict | None = None) -> dict[str, Any]:
     """The ``feddg.yaml`` content of one job, validated."""
-    spec = METHODS[method]
-    raw = _merge(_merge(TASK_DEFAULTS[task], spec["overrides"]), spec.get("task_overrides", {}).get(task, {}))
-    raw = _merge(raw, overrides or {})
+    raw = merge(merge(TASK_DEFAULTS[task], method(method_name).experiment(task)), overrides or {})
     config_from_dict(raw)  # fail here, not in a site's process
     return raw
 
 
-def server_config(method: str) -> dict[str, Any]:
-    exchange = [{
-        "id": "amplitude_exchange",
-        "path": "feddg.flare.elcfs.exchange.AmplitudeExchange",
-        "args": {"config_file": CONFIG_FILE},
-    }] if METHODS[method].get("exchange") else []
-    mla = METHODS[method].get("mla", False)
-    controller_args = {"config_file": CONFIG_FILE, "aggregator_id": "aggregator", "persistor_id": "persistor",
-                       "report_file": "feddg_report.json"}
-    after = []
-    if mla:
-        controller_args["keep_local_models"] = True
-        after.append({
-            "id": "mla",
-            "path": "feddg.flare.mla.workflow.MLAWorkflow",
-            "args": {"config_file": CONFIG_FILE, "persistor_id": "persistor", "report_file": "feddg_report.json"},
-        })
+def server_config(method_name: str) -> dict[str, Any]:
+    """The server's config: the method's workflows around the leave-one-site-out rounds, its aggregator and
+    components, the persistor and TensorBoard."""
+    m = method(method_name)
+    rounds = {"config_file": CONFIG_FILE, "aggregator_id": "aggregator", "persistor_id": "persistor",
+              "report_file": "feddg_report.json", **m.round_args}
     return {
         "format_version": 2,
-        "workflows": [*exchange, {
-            "id": "leave_one_site_out",
-            "path": "feddg.flare.controller.LeaveOneSiteOutFedAvg",
-            "args": controller_args,
-        }, *after],
+        "workflows": [
+            *(c.config() for c in m.before_rounds),
+            {"id": "leave_one_site_out", "path": "feddg.flare.controller.LeaveOneSiteOutFedAvg", "args": rounds},
+            *(c.config() for c in m.after_rounds),
+        ],
         "components": [
             {"id": "persistor", "path": "feddg.flare.persistor.FedDGModelPersistor",
              "args": {"config_file": CONFIG_FILE}},
-            {"id": "aggregator", **METHODS[method]["aggregator"]},
+            m.aggregator.config("aggregator"),
+            *(c.config() for c in m.server_components),
             {"id": "tb_receiver", "path": TB_RECEIVER,
              "args": {"events": ["fed.analytix_log_stats", "analytix_log_stats"]}},
         ],
     }
 
 
-def client_config(method: str) -> dict[str, Any]:
+def client_config(method_name: str) -> dict[str, Any]:
     """The sites' config: the method's executor, and the job filters of its exchanges (which read the job's
     ``feddg.yaml`` at run time: no value derived from the experiment is written here)."""
-    spec = METHODS[method]
-    tasks = [FedDGTask.SITE_INFO, FedDGTask.TRAIN, FedDGTask.EVALUATE]
-    data_filters, result_filters = [], []
-    if spec.get("exchange"):
-        tasks += [FedDGTask.AMPLITUDE_SPECTRA, FedDGTask.AMPLITUDE_BANK]
-        guard = {"path": "feddg.flare.elcfs.filter.AmplitudeWindowFilter", "args": {"config_file": CONFIG_FILE}}
-        result_filters.append({"tasks": [FedDGTask.AMPLITUDE_SPECTRA], "filters": [guard]})
-        data_filters.append({"tasks": [FedDGTask.AMPLITUDE_BANK], "filters": [guard]})
-    if spec.get("mla"):
-        tasks += [FedDGTask.MLA_FEATURES, FedDGTask.MLA_EVALUATE]
-        guard = {"path": "feddg.flare.mla.filter.FeatureMatrixFilter", "args": {"config_file": CONFIG_FILE}}
-        result_filters.append({"tasks": [FedDGTask.MLA_FEATURES], "filters": [guard]})
+    m = method(method_name)
     return {
         "format_version": 2,
         "executors": [{
-            "tasks": tasks,
-            "executor": {"id": "executor", "path": spec.get("executor", "feddg.flare.executor.FedDGExecutor"),
-                         "args": {"config_file": CONFIG_FILE, "tb_writer_id": "tb_writer",
-                                  **spec["executor_args"]}},
+            "tasks": [FedDGTask.SITE_INFO, FedDGTask.TRAIN, FedDGTask.EVALUATE, *m.tasks],
+            "executor": {"id": "executor", "path": m.executor,
+                         "args": {"config_file": CONFIG_FILE, "tb_writer_id": "tb_writer", **m.executor_args}},
         }],
-        "task_data_filters": data_filters,
-        "task_result_filters": result_filters,
+        "task_data_filters": [{"tasks": list(f.tasks), "filters": [f.filter.config()]} for f in m.data_filters],
+        "task_result_filters": [{"tasks": list(f.tasks), "filters": [f.filter.config()]} for f in m.result_filters],
         "components": [
             {"id": "tb_writer", "path": TB_WRITER, "args": {}},
             {"id": "fed_event_converter", "path": FED_EVENT_CONVERTER,
@@ -208,10 +128,10 @@ def client_config(method: str) -> dict[str, Any]:
 
 def render_job(name: str, overrides: dict | None = None) -> dict[str, str]:
     """Relative path -> file content of one job folder."""
-    task, method = name.split("_", 1)
-    if name not in JOBS and (task not in TASK_DEFAULTS or method not in METHODS):
+    task, method_name = name.split("_", 1)
+    if name not in JOBS and (task not in TASK_DEFAULTS or method_name not in methods()):
         raise ValueError(f"unknown job {name!r}; the jobs are {JOBS}")
-    exp = experiment(task, method, overrides)
+    exp = experiment(task, method_name, overrides)
     cfg = config_from_dict(exp)
     meta = {
         "name": name,
@@ -226,8 +146,8 @@ def render_job(name: str, overrides: dict | None = None) -> dict[str, str]:
     )
     return {
         "meta.json": _json(meta),
-        "app/config/config_fed_server.json": _json(server_config(method)),
-        "app/config/config_fed_client.json": _json(client_config(method)),
+        "app/config/config_fed_server.json": _json(server_config(method_name)),
+        "app/config/config_fed_client.json": _json(client_config(method_name)),
         f"app/config/{CONFIG_FILE}": header + yaml.safe_dump(exp, sort_keys=False, default_flow_style=False),
     }
 

@@ -98,9 +98,16 @@ def test_best_model_follows_the_mean_validation_dice_of_the_received_model(tmp_p
 
 # ---------------------------------------------------------------------- local models kept for MLA
 def _keeping_controller(tmp_path, results, keep=True, num_rounds=1):
-    """A controller whose broadcast behaves as NVFlare's: with a callback, each result goes through it."""
+    """A controller whose broadcast behaves as NVFlare's (with a callback, each result goes through it), handing the
+    final round to MLA's LocalModelKeeper when ``keep``, as an MLA job's config makes it."""
+    from nvflare.apis.event_type import EventType
+
+    from feddg.flare.mla.local_models import LocalModelKeeper
+
     ctl, cfg = _controller(tmp_path, results, min_sites=1)
-    ctl.keep_local_models = keep
+    if keep:
+        ctl.final_round_receiver = LocalModelKeeper()
+        ctl.final_round_receiver.handle_event(EventType.START_RUN, ctl.fl_ctx)
     ctl.num_rounds = num_rounds
 
     def broadcast_model(callback=None, **_):
@@ -180,7 +187,7 @@ def test_an_update_the_aggregator_refuses_is_forgotten(tmp_path):
     assert _store(tmp_path).sites() == ["A"]
 
 
-def test_without_keep_local_models_nothing_is_kept(tmp_path):
+def test_without_a_final_round_receiver_nothing_is_kept(tmp_path):
     ctl, cfg = _keeping_controller(tmp_path, [_shared("A", 1.0), _shared("B", 1.0)], keep=False)
     model = ctl._run_round(_global(), SITES, 1, cfg)
     assert model is not None and not (tmp_path / "ws" / "server" / "job1" / "mla_local_models").exists()

@@ -8,8 +8,8 @@ training sites named in ``feddg.yaml`` only, with a per-round minimum of sites a
 Over the wire:
   * ``train`` task: the global weights (DXO WEIGHTS). Result: the site's weights, or weight differences, with
     metadata ``num_train_samples``, ``val_dice``/``val_loss`` of the *received* model on the site's validation
-    split, and ``train_loss``; in MLA jobs also ``share_local_model: true`` from sites that opted in, whose final
-    local model the server then keeps (``keep_local_models``).
+    split, and ``train_loss``, plus what the method adds. A method that needs the final round's results themselves
+    (MLA keeps the local models of the sites that opted in) names a :class:`FinalRoundReceiver` component.
   * ``evaluate`` task: a model's weights with metadata ``model_name`` and ``model_round``. Result: DXO METRICS,
     one summary (Dice/HD95/ASD per structure, mean and std) per split of the site's data.
 
@@ -23,9 +23,9 @@ import math
 import os
 import time
 import uuid
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
 from nvflare.apis.analytix import AnalyticsDataType
 from nvflare.apis.utils.analytix_utils import create_analytic_dxo, send_analytic_dxo
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
@@ -40,12 +40,9 @@ from feddg.evaluation import mean_dice
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
 from feddg.flare.site_info import mismatch
-from feddg.jsonfile import write_json
-from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, LocalModelStore
 from feddg.flare.updates import UpdateRejected, check_update
+from feddg.jsonfile import write_json
 from feddg.report import evaluation_rows, format_table, mean_of, software_versions, write_report
-
-OPT_IN_HINT = 'to opt in, the site sets "share_local_model": true in its own local/feddg_site.json'
 
 
 # After every round the workflow saves the global model (through the persistor), then writes PROGRESS_FILE with the
@@ -55,6 +52,18 @@ OPT_IN_HINT = 'to opt in, the site sets "share_local_model": true in its own loc
 PROGRESS_FILE = "feddg_progress.json"
 RUN_ID = "feddg_run_id"  # model metadata key: the run that saved the model (a random id per run of the workflow)
 ROUNDS_COMPLETED = "feddg_rounds_completed"  # model metadata key: the rounds behind the saved model
+
+
+@runtime_checkable
+class FinalRoundReceiver(Protocol):
+    """A server component that receives each training result of the final round the moment it arrives (before the
+    round aggregates it), and hears of the ones the round then rejects."""
+
+    def receive(self, result: FLModel, sent: Mapping[str, Any], round_: int) -> None:
+        """``result``: a site's training result; ``sent``: the global weights the round sent."""
+
+    def discard(self, site: str) -> None:
+        """The round rejected ``site``'s update: forget what :meth:`receive` kept of it."""
 
 
 class LeaveOneSiteOutFedAvg(BaseFedAvg):
@@ -67,11 +76,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         persistor_id: the model persistor (keeps the last and the best global model).
         start_round: first round to run, to resume a job from a checkpoint.
         report_file: name of the JSON report written in the server's run folder.
-        keep_local_models: MLA: in the final round, store the local model of every training site whose update
-            carries ``share_local_model: true`` (set by the site's executor from the site's own
-            ``local/feddg_site.json``; a job cannot opt a site in) in ``<run folder>/mla_local_models/``
-            (:class:`feddg.flare.mla.local_models.LocalModelStore`), each as soon as it arrives. A WEIGHT_DIFF update
-            is stored as received global model + difference. Sites that did not opt in are named in the log.
+        final_round_receiver_id: a :class:`FinalRoundReceiver` component that receives the final round's results
+            as they arrive (MLA's :class:`~feddg.flare.mla.local_models.LocalModelKeeper`); None: no such component.
     """
 
     def __init__(
@@ -81,13 +87,14 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         persistor_id: str = AppConstants.DEFAULT_PERSISTOR_ID,
         start_round: int = 0,
         report_file: str = "feddg_report.json",
-        keep_local_models: bool = False,
+        final_round_receiver_id: str | None = None,
     ):
         super().__init__(persistor_id=persistor_id, start_round=start_round)
         self.config_file = config_file
         self.aggregator_id = aggregator_id
         self.report_file = report_file
-        self.keep_local_models = keep_local_models
+        self.final_round_receiver_id = final_round_receiver_id
+        self.final_round_receiver: FinalRoundReceiver | None = None
         self.aggregator: ModelAggregator | None = None
         self._best: dict[str, Any] = {"round": None, "score": -math.inf, "params": None}
         self._history: list[dict[str, Any]] = []
@@ -101,6 +108,12 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         if not isinstance(self.aggregator, ModelAggregator):
             self.panic(f"component {self.aggregator_id!r} must be a ModelAggregator, got {type(self.aggregator)}")
             return
+        if self.final_round_receiver_id is not None:
+            self.final_round_receiver = self.get_component(self.final_round_receiver_id)
+            if not isinstance(self.final_round_receiver, FinalRoundReceiver):
+                self.panic(f"component {self.final_round_receiver_id!r} must be a FinalRoundReceiver, got "
+                           f"{type(self.final_round_receiver)}")
+                return
         train_sites = cfg.data.train_sites
         min_sites = cfg.train.min_sites or len(train_sites)
         self.num_rounds = cfg.train.rounds
@@ -173,11 +186,11 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             self.aggregator.fl_ctx.set_prop(AppConstants.CURRENT_ROUND, r, private=True, sticky=False)
         self.event(AppEventType.ROUND_STARTED)
         timeout = cfg.train.task_timeout
-        keep = self.keep_local_models and r == self.num_rounds - 1
+        receiver = self.final_round_receiver if r == self.num_rounds - 1 else None
         results = self.broadcast_model(
             data=model, task_name=FedDGTask.TRAIN, targets=train_sites, min_responses=min_sites,
             timeout=timeout, wait_time_after_min_received=timeout,
-            callback=self._local_model_keeper(r, dict(model.params)) if keep else None,
+            callback=self._handing_to(receiver, r, dict(model.params)) if receiver is not None else None,
         )
         self.aggregator.reset_stats()
         accepted, val_dice, train_loss = [], {}, {}
@@ -188,8 +201,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
                 self.aggregator.accept_model(result)
             except (UpdateRejected, ValueError) as e:
                 self.error(f"round {r}: update from site {site} rejected: {e}")
-                if keep:
-                    self._local_models().discard(site)
+                if receiver is not None:
+                    receiver.discard(site)
                 continue
             accepted.append(site)
             for key, store in ((FedDGMeta.VAL_DICE, val_dice), (FedDGMeta.TRAIN_LOSS, train_loss)):
@@ -218,7 +231,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         self._stream("val_dice/mean", mean_of(val_dice.values()), r)
 
         model = self.update_model(model, aggregated)
-        model.params = {k: _like(v, sent[k]) for k, v in model.params.items()}
+        model.params = {k: cast_like(v, sent[k]) for k, v in model.params.items()}
         model.meta = {**(model.meta or {}), RUN_ID: self._run_id, ROUNDS_COMPLETED: r + 1}
         self.save_model(model)
         # What a resumed job needs to know (`feddg resume-job`): the rounds behind the saved global model.
@@ -227,44 +240,23 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
                     "history": self._history})
         return model
 
-    # ------------------------------------------------------------------ local models for MLA
-    def _local_models(self) -> LocalModelStore:
-        return LocalModelStore(os.path.join(self.get_run_dir(), LOCAL_MODELS_DIR))
+    # ------------------------------------------------------------------ the final round's receiver
+    def _handing_to(self, receiver: FinalRoundReceiver, r: int, sent: dict):
+        """The per-result callback of the final round: it hands each result to ``receiver`` the moment it arrives
+        (so a restart of the server does not lose what the receiver keeps) and on to the round as usual."""
 
-    def _local_model_keeper(self, r: int, sent: dict):
-        """The per-result callback of the final round: it stores each opted-in site's local model the moment the
-        result arrives (so a restart of the server does not lose it) and hands the result on as usual."""
-        store = self._local_models()
-
-        def keep(result: FLModel) -> bool:
+        def hand_over(result: FLModel) -> bool:
             # With a callback, NVFlare's blocking broadcast_model returns only what the callback collects into
             # its internal result list; collect it there, so the round sees every result as without a callback.
             self._results.append(result)
             try:
-                self._keep_local_model(store, result, r, sent)
-            except Exception as e:  # a failed copy must not cost the round its update
-                self.error(f"round {r}: could not keep the local model of site "
-                           f"{result.meta.get('client_name', '?')} for MLA: {type(e).__name__}: {e}")
+                receiver.receive(result, sent, r)
+            except Exception as e:  # the receiver's failure must not cost the round its update
+                self.error(f"round {r}: {self.final_round_receiver_id} failed on the result of site "
+                           f"{result.meta.get('client_name', '?')}: {type(e).__name__}: {e}")
             return True
 
-        return keep
-
-    def _keep_local_model(self, store: LocalModelStore, result: FLModel, r: int, sent: dict) -> None:
-        site = result.meta.get("client_name", "?")
-        if result.meta.get(FedDGMeta.SHARE_LOCAL_MODEL) is not True:
-            store.decline(site)
-            self.info(f"round {r}: site {site} did not opt in to share its local model, so the server does not "
-                      f"keep it and MLA will leave {site} out ({OPT_IN_HINT})")
-            return
-        try:
-            check_update(result.params, sent)
-        except UpdateRejected:
-            return  # the round rejects it and says why
-        params = result.params
-        if result.params_type == ParamsType.DIFF:
-            params = {k: _like(np.asarray(sent[k]) + np.asarray(v), sent[k]) for k, v in params.items()}
-        path = store.save(site, params, r, result.meta.get(FedDGMeta.NUM_TRAIN_SAMPLES))
-        self.info(f"round {r}: kept the local model of site {site} for MLA ({path})")
+        return hand_over
 
     # ------------------------------------------------------------------ best model
     def _consider_best(self, rounds_trained: int, params: dict, score: float) -> None:
@@ -361,7 +353,7 @@ def stream_rows(component, fl_ctx, rows, step: int) -> None:
                                                  f"{row['structure']}_{metric}", row[metric], step)
 
 
-def _like(value, reference):
+def cast_like(value, reference):
     """Cast an aggregated array back to the global model's dtype (averaging turns integer buffers such as
     BatchNorm's ``num_batches_tracked`` into floats)."""
     dtype = getattr(reference, "dtype", None)

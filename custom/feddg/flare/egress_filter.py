@@ -15,13 +15,12 @@ task                    what may leave
                         step count, MLA opt-in flag)
 ``evaluate``            DXO METRICS: nested summaries of scalars (no arrays, bounded size)
 ``site_info``           DXO METRICS: the package version and the preprocessing hash (two short strings)
-``amplitude_spectra``   the ELCFS amplitude-window payload, windows of at most ``max_half_width`` and at most
-                        ``max_amplitude_images`` images (:func:`feddg.flare.payloads.check_amplitude_payload`)
-``amplitude_bank``      nothing (an acknowledgement)
-``mla_features``        the MLA feature matrix, at most ``max_feature_width`` values per image and
-                        ``max_feature_rows`` images (:func:`feddg.flare.payloads.check_feature_payload`)
-``mla_evaluate``        DXO METRICS, with the attention weights as a short list of scalars in the meta
-any other task          nothing
+a method's own task    what the method's part declares (``egress`` in :mod:`feddg.flare.registry`): for ELCFS's
+                        ``amplitude_spectra`` the amplitude-window payload within ``max_half_width`` and
+                        ``max_amplitude_images``; for MLA's ``mla_features`` the feature matrix within
+                        ``max_feature_width`` and ``max_feature_rows``, for ``mla_evaluate`` metric summaries with
+                        the attention weights
+any other task          nothing (ELCFS's ``amplitude_bank`` is acknowledged with an empty reply)
 ======================  =====================================================================================
 
 An error reply (no DXO) always passes: it carries nothing. The envelope check
@@ -38,15 +37,17 @@ authorization policy (``byoc`` denied), so no job can undo this check.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from nvflare.apis.dxo import DXO
 
 from feddg.config import FedDGConfig
+from feddg.flare import registry
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
+from feddg.flare.method_spec import SiteLimit
 from feddg.flare.payload_filter import Check, PayloadFilter
-from feddg.flare.elcfs.payloads import DEFAULT_MAX_HALF_WIDTH, check_amplitude_payload
-from feddg.flare.mla.payloads import DEFAULT_MAX_FEATURE_WIDTH, check_feature_payload, check_mla_evaluate_result
 from feddg.flare.payloads import (
     DEFAULT_MAX_PARAMETERS,
     PayloadRejected,
@@ -55,6 +56,32 @@ from feddg.flare.payloads import (
     check_train_result,
 )
 
+# The limit of the shared tasks; each method adds the limits of its own payloads (feddg.flare.registry.site_limits).
+MAX_PARAMETERS = SiteLimit("max_parameters", DEFAULT_MAX_PARAMETERS,
+                           f"most values a model update may carry (default {DEFAULT_MAX_PARAMETERS})")
+
+
+def all_site_limits() -> dict[str, SiteLimit]:
+    """Every limit a site's egress filter takes, by name: the shared one and the registered methods'."""
+    return {MAX_PARAMETERS.name: MAX_PARAMETERS, **registry.site_limits()}
+
+
+def egress_limits(**given: int | None) -> dict[str, int | None]:
+    """Every limit with its value: ``given`` where set (not None), the default otherwise. ValueError naming an
+    unknown limit (with the known ones) or a value that is not a whole number of at least 1."""
+    known = all_site_limits()
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"unknown site limit(s) {unknown}; the limits are {sorted(known)}")
+    limits = {name: limit.default for name, limit in known.items()}
+    for name, value in given.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name.replace('_', '-')}: must be a whole number of at least 1, got {value!r}")
+        limits[name] = value
+    return limits
+
 
 class SiteEgressFilter(PayloadFilter):
     """Every outgoing task result must follow its task's payload contract (see the module docstring).
@@ -62,38 +89,23 @@ class SiteEgressFilter(PayloadFilter):
     Args:
         config_file: the job's experiment file, relative to the app's config folder (to know the network's keys
             and shapes).
-        max_parameters: the most values a model update may carry.
-        max_half_width: the largest amplitude window half-width the site lets out (ELCFS).
-        max_amplitude_images: the most images whose amplitude windows may leave (None: no cap).
-        max_feature_width: the most feature values per image the MLA task may send.
-        max_feature_rows: the most feature vectors the MLA task may send (None: no cap).
+        limits: the site's limits by name (:func:`all_site_limits`: ``max_parameters``, the most values a model
+            update may carry, and each method's, e.g. ``max_half_width`` and ``max_amplitude_images`` for ELCFS,
+            ``max_feature_width`` and ``max_feature_rows`` for MLA); a limit not given keeps its default.
     """
 
     log_prefix = "site policy: "
 
-    def __init__(
-        self,
-        config_file: str = CONFIG_FILE,
-        max_parameters: int = DEFAULT_MAX_PARAMETERS,
-        max_half_width: int = DEFAULT_MAX_HALF_WIDTH,
-        max_amplitude_images: int | None = None,
-        max_feature_width: int = DEFAULT_MAX_FEATURE_WIDTH,
-        max_feature_rows: int | None = None,
-    ):
+    def __init__(self, config_file: str = CONFIG_FILE, **limits: int | None):
         super().__init__(config_file)
-        self.max_parameters = max_parameters
-        self.max_half_width = max_half_width
-        self.max_amplitude_images = max_amplitude_images
-        self.max_feature_width = max_feature_width
-        self.max_feature_rows = max_feature_rows
+        self.limits = egress_limits(**limits)
         self._networks: dict[str, dict[str, np.ndarray]] = {}
         self._contracts: dict[str, Check] = {
-            FedDGTask.TRAIN: lambda dxo, cfg: check_train_result(dxo, self._network(cfg), self.max_parameters),
+            FedDGTask.TRAIN: lambda dxo, cfg: check_train_result(dxo, self._network(cfg),
+                                                                 self.limits[MAX_PARAMETERS.name]),
             FedDGTask.EVALUATE: lambda dxo, cfg: check_evaluate_result(dxo),
             FedDGTask.SITE_INFO: lambda dxo, cfg: check_site_info_result(dxo),
-            FedDGTask.AMPLITUDE_SPECTRA: self._amplitude_windows,
-            FedDGTask.MLA_FEATURES: self._feature_matrix,
-            FedDGTask.MLA_EVALUATE: lambda dxo, cfg: check_mla_evaluate_result(dxo),
+            **{task: self._bound(check) for task, check in registry.egress_checks().items()},
         }
 
     def check_for(self, task: str, outgoing: bool) -> Check | None:
@@ -101,11 +113,10 @@ class SiteEgressFilter(PayloadFilter):
             return None  # this filter guards what leaves the site
         return self._contracts.get(task, _nothing_may_leave(task))
 
-    def _amplitude_windows(self, dxo: DXO | None, cfg: FedDGConfig) -> None:
-        check_amplitude_payload(dxo, None, self.max_half_width, self.max_amplitude_images)
-
-    def _feature_matrix(self, dxo: DXO | None, cfg: FedDGConfig) -> None:
-        check_feature_payload(dxo, None, self.max_feature_width, self.max_feature_rows)
+    def _bound(self, check: Any) -> Check:
+        """A method's egress check with this site's limits."""
+        limits: Mapping[str, Any] = self.limits
+        return lambda dxo, cfg: check(dxo, cfg, limits)
 
     def _network(self, cfg: FedDGConfig) -> dict[str, np.ndarray]:
         """The job's network as the reference an update must fit (built once per network)."""

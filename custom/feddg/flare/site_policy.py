@@ -7,15 +7,13 @@ package and exactly the NVFlare classes the generated jobs use, nothing else.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from feddg.flare.elcfs.payloads import DEFAULT_MAX_HALF_WIDTH
-from feddg.flare.mla.payloads import DEFAULT_MAX_FEATURE_WIDTH
-from feddg.flare.payloads import DEFAULT_MAX_PARAMETERS
+from feddg.flare import registry
+from feddg.flare.egress_filter import egress_limits
 from feddg.jsonfile import read_json_object, write_json
 
 PACKAGE_PREFIX = "feddg."  # a package prefix must end with "." in NVFlare 2.9
@@ -98,37 +96,22 @@ def resources_with_allow_list(local_dir: Path) -> dict[str, Any]:
 # What a hospital installs into its startup kit (``feddg install-policy KIT``), beyond the allow-list above.
 
 EGRESS_FILTER = "feddg.flare.egress_filter.SiteEgressFilter"
-AMPLITUDE_FILTER = "feddg.flare.elcfs.filter.AmplitudeWindowFilter"
 PRIVACY_SCOPE = "feddg"
 
 
-@dataclass(frozen=True)
-class EgressLimits:
-    """What a site lets out at most, whatever a job asks: the arguments of its egress filter
-    (:class:`feddg.flare.egress_filter.SiteEgressFilter`), options of ``feddg install-policy``."""
-
-    max_parameters: int = DEFAULT_MAX_PARAMETERS  # values in a model update
-    max_half_width: int = DEFAULT_MAX_HALF_WIDTH  # ELCFS: amplitude window half-width (also for incoming banks)
-    max_amplitude_images: int | None = None  # ELCFS: images whose amplitude windows may leave; None: no cap
-    max_feature_width: int = DEFAULT_MAX_FEATURE_WIDTH  # MLA: feature values per image
-    max_feature_rows: int | None = None  # MLA: images whose feature vectors may leave; None: no cap
-
-    def __post_init__(self) -> None:
-        for name, value in dataclasses.asdict(self).items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name.replace('_', '-')}: must be a whole number of at least 1, got {value!r}")
-
-
-def client_privacy(limits: EgressLimits = EgressLimits()) -> dict[str, Any]:
+def client_privacy(limits: Mapping[str, int | None] | None = None) -> dict[str, Any]:
     """``privacy.json``: one scope, the default, so every job runs under it whether it names it or not. On every
-    task the site's egress filter checks the result against ``limits``, all written out so that the file shows what
-    is enforced; incoming amplitude banks are checked too. A job naming any other scope is refused by NVFlare."""
+    task the site's egress filter checks the result against the site's limits (:func:`egress_limits` of
+    ``limits``), all written out so that the file shows what is enforced; the methods' incoming task data is checked
+    too (ELCFS's amplitude banks). A job naming any other scope is refused by NVFlare."""
+    values = egress_limits(**(limits or {}))
     return {
         "scopes": [{
             "name": PRIVACY_SCOPE,
             "properties": {},
-            "task_result_filters": [{"path": EGRESS_FILTER, "args": dataclasses.asdict(limits)}],
-            "task_data_filters": [{"path": AMPLITUDE_FILTER, "args": {"max_half_width": limits.max_half_width}}],
+            "task_result_filters": [{"path": EGRESS_FILTER, "args": values}],
+            "task_data_filters": [{"path": c.path, "args": {k: values[k] if v is None else v for k, v in c.args.items()}}
+                                  for c in registry.site_data_filters()],
         }],
         "default_scope": PRIVACY_SCOPE,
     }
@@ -195,11 +178,12 @@ def _kind(participant_dir: Path) -> str | None:
 
 
 def install_site_policy(kit: Path, num_gpus: int | None = None, mem_per_gpu_gib: int | None = None,
-                        limits: EgressLimits = EgressLimits()) -> list[Path]:
+                        limits: Mapping[str, int | None] | None = None) -> list[Path]:
     """Install the project's policy into one startup kit, or into every kit of a provisioned ``prod_NN`` folder.
 
     Server and clients: ``resources.json`` (allow-list; on clients the GPUs, auto-detected on this machine when
-    ``num_gpus`` is None) and ``authorization.json``. Clients also: ``privacy.json`` (with ``limits``) and, when
+    ``num_gpus`` is None) and ``authorization.json``. Clients also: ``privacy.json`` (with ``limits``, checked
+    before anything is written) and, when
     absent, a
     ``feddg_site.json.sample`` to copy and edit. Returns the files written.
 
@@ -207,6 +191,7 @@ def install_site_policy(kit: Path, num_gpus: int | None = None, mem_per_gpu_gib:
     (a ``resources.json`` that is not a JSON object, ...) leaves all kits as they were; the error names the file
     (and with it the kit). Each file is replaced atomically (:func:`feddg.jsonfile.write_json`)."""
     kit = Path(kit)
+    privacy = client_privacy(limits)
     kits = [kit] if _kind(kit) else sorted(p for p in kit.iterdir() if p.is_dir() and _kind(p))
     if not kits:
         raise ValueError(f"{kit}: no server or client startup kit here (expected startup/fed_server.json or "
@@ -220,7 +205,7 @@ def install_site_policy(kit: Path, num_gpus: int | None = None, mem_per_gpu_gib:
         resources = resources_with_allow_list(local)
         if _kind(participant) == "client":
             set_gpus(resources, num_gpus, mem_per_gpu_gib or 0)
-            files[local / "privacy.json"] = client_privacy(limits)
+            files[local / "privacy.json"] = privacy
             if not (local / "feddg_site.json").exists():
                 files[local / "feddg_site.json.sample"] = {"amplitude_bank_images": None, "share_local_model": False}
         files[local / "resources.json"] = resources

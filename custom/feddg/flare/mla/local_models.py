@@ -4,8 +4,8 @@ MLA (MLA-BIN, Eq. 4) combines the sites' *local* models l_i, which plain FedAvg 
 keep its final local model by setting ``"share_local_model": true`` in its own ``local/feddg_site.json``
 (:mod:`feddg.flare.site_config`); its executor then flags the training result
 (:attr:`feddg.flare.constants.FedDGMeta.SHARE_LOCAL_MODEL`), and
-:class:`feddg.flare.controller.LeaveOneSiteOutFedAvg` (``keep_local_models``) stores the final round's flagged
-updates here as soon as each arrives. :class:`feddg.flare.mla.workflow.MLAWorkflow` reads them after training.
+:class:`LocalModelKeeper`, which :class:`feddg.flare.controller.LeaveOneSiteOutFedAvg` hands the final round's results,
+stores the flagged updates here as soon as each arrives. :class:`feddg.flare.mla.workflow.MLAWorkflow` reads them after training.
 
     <server run folder>/mla_local_models/
       index.json       which site is in which file, the round, the site's training-set size; the sites whose
@@ -28,11 +28,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from nvflare.apis.event_type import EventType
+from nvflare.apis.fl_component import FLComponent
+from nvflare.apis.fl_context import FLContext
+from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
+
+from feddg.flare.constants import FedDGMeta
+from feddg.flare.controller import cast_like
+from feddg.flare.updates import UpdateRejected, check_update
 from feddg.jsonfile import read_json, write_json
 
 LOCAL_MODELS_DIR = "mla_local_models"
 INDEX_FILE = "index.json"
 FORMAT = "feddg-mla-local-models"
+OPT_IN_HINT = 'to opt in, the site sets "share_local_model": true in its own local/feddg_site.json'
 
 
 class LocalModelStore:
@@ -122,3 +131,47 @@ class LocalModelStore:
         if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
             raise ValueError(f"{self.folder / entry['file']}: not a state dict of tensors")
         return sd
+
+
+class LocalModelKeeper(FLComponent):
+    """MLA's :class:`~feddg.flare.controller.FinalRoundReceiver`: in the final round, stores the local model of every
+    training site whose update carries ``share_local_model: true`` (set by the site's executor from the site's own
+    ``local/feddg_site.json``; a job cannot opt a site in) in ``<run folder>/mla_local_models/``
+    (:class:`LocalModelStore`), each as soon as it arrives. A WEIGHT_DIFF update is stored as received global model +
+    difference. Sites that did not opt in are named in the log; an update the round rejects is forgotten."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._store: LocalModelStore | None = None
+
+    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
+        if event_type == EventType.START_RUN:
+            run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(fl_ctx.get_job_id())
+            self._store = LocalModelStore(os.path.join(run_dir, LOCAL_MODELS_DIR))
+
+    @property
+    def store(self) -> LocalModelStore:
+        if self._store is None:
+            raise RuntimeError("the local model keeper has not seen the start of the run")
+        return self._store
+
+    def receive(self, result: FLModel, sent: Mapping[str, Any], round_: int) -> None:
+        site = (result.meta or {}).get("client_name", "?")
+        if (result.meta or {}).get(FedDGMeta.SHARE_LOCAL_MODEL) is not True:
+            self.store.decline(site)
+            self.logger.info(f"round {round_}: site {site} did not opt in to share its local model, so the server "
+                             f"does not keep it and MLA will leave {site} out ({OPT_IN_HINT})")
+            return
+        try:
+            check_update(result.params, sent)
+        except UpdateRejected:
+            return  # the round rejects it and says why
+        params = result.params
+        if result.params_type == ParamsType.DIFF:
+            params = {k: cast_like(np.asarray(sent[k]) + np.asarray(v), sent[k]) for k, v in params.items()}
+        path = self.store.save(site, params, round_, result.meta.get(FedDGMeta.NUM_TRAIN_SAMPLES))
+        self.logger.info(f"round {round_}: kept the local model of site {site} for MLA ({path})")
+
+    def discard(self, site: str) -> None:
+        self.store.discard(site)
+

@@ -1,8 +1,9 @@
 """MLA (MLA-BIN, section 2.2) after federated training: the domain feature bank, the domain attention module (DAM),
 the MLA bundle, and the evaluation of the attention-combined model at every site.
 
-List it in ``workflows`` after :class:`feddg.flare.controller.LeaveOneSiteOutFedAvg` with ``keep_local_models``
-(which keeps the final local model of every training site that opted in, see :mod:`feddg.flare.mla.local_models`):
+List it in ``workflows`` after :class:`feddg.flare.controller.LeaveOneSiteOutFedAvg`, whose final round hands its
+results to a :class:`~feddg.flare.mla.local_models.LocalModelKeeper` (``final_round_receiver_id``; it keeps the final
+local model of every training site that opted in):
 
 1. **Who takes part.** The training sites whose final local model the server kept. A site that did not opt in
    (``"share_local_model": true`` in its own ``local/feddg_site.json``) is named in the log with how to opt in, and
@@ -51,9 +52,9 @@ from nvflare.app_common.app_constant import AppConstants, DefaultCheckpointFileN
 
 from feddg.config import FedDGConfig, mla_feature_width
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
-from feddg.flare.controller import OPT_IN_HINT, stream_rows
+from feddg.flare.controller import stream_rows
 from feddg.flare.job_config import load_job_config
-from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, LocalModelStore
+from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, OPT_IN_HINT, LocalModelStore
 from feddg.flare.mla.executor import MLA_MODEL_NAME
 from feddg.flare.mla.payloads import check_feature_payload, feature_request_dxo, mla_bundle_dxo
 from feddg.flare.payloads import PayloadRejected

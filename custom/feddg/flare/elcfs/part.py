@@ -1,0 +1,45 @@
+"""ELCFS's part of a job: the amplitude exchange before the rounds, the episodic executor, the job filter on both
+exchange tasks, what a site's egress filter lets out on them, and the ``elcfs`` section of feddg.yaml.
+
+ELCFS (section 4.2): gamma = 0.1 for fundus, 0.5 for prostate; the rest of the elcfs section keeps the paper's
+values (alpha 0.01 with a 3 x 3 floor at CPU sizes, lambda ~ U(0, 1), beta 1e-3, tau 0.05, first order), written
+out in full; ``contrast_denominator: all``: see :mod:`feddg.methods.boundary` (measured)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nvflare.apis.dxo import DXO
+
+from feddg.config import ELCFSConfig, FedDGConfig
+from feddg.flare.constants import CONFIG_FILE, FedDGTask
+from feddg.flare.elcfs.payloads import DEFAULT_MAX_HALF_WIDTH, check_amplitude_payload
+from feddg.flare.method_spec import Component, MethodPart, SiteLimit, TaskFilter
+
+_GUARD = Component("feddg.flare.elcfs.filter.AmplitudeWindowFilter", {"config_file": CONFIG_FILE})
+
+
+def egress_amplitude_windows(dxo: DXO, cfg: FedDGConfig, limits: Mapping[str, Any]) -> None:
+    """A site lets out amplitude windows within its own caps (any window the job declares up to them)."""
+    check_amplitude_payload(dxo, None, limits["max_half_width"], limits["max_amplitude_images"])
+
+
+PART = MethodPart(
+    executor="feddg.flare.elcfs.executor.ELCFSExecutor",
+    tasks=(FedDGTask.AMPLITUDE_SPECTRA, FedDGTask.AMPLITUDE_BANK),
+    before_rounds=(Component("feddg.flare.elcfs.exchange.AmplitudeExchange", {"config_file": CONFIG_FILE},
+                             id="amplitude_exchange"),),
+    result_filters=(TaskFilter((FedDGTask.AMPLITUDE_SPECTRA,), _GUARD),),
+    data_filters=(TaskFilter((FedDGTask.AMPLITUDE_BANK,), _GUARD),),
+    site_data_filters=(Component("feddg.flare.elcfs.filter.AmplitudeWindowFilter", {"max_half_width": None}),),
+    experiment={"elcfs": {**ELCFSConfig().model_dump(), "contrast_denominator": "all"}},
+    task_experiment={"prostate": {"elcfs": {"boundary_weight": 0.5}}, "fundus": {"elcfs": {"boundary_weight": 0.1}}},
+    egress={FedDGTask.AMPLITUDE_SPECTRA: egress_amplitude_windows},
+    site_limits=(
+        SiteLimit("max_half_width", DEFAULT_MAX_HALF_WIDTH, "largest ELCFS amplitude window half-width that may "
+                  f"leave or arrive (default {DEFAULT_MAX_HALF_WIDTH}: {2 * DEFAULT_MAX_HALF_WIDTH + 1} x "
+                  f"{2 * DEFAULT_MAX_HALF_WIDTH + 1} values per channel)"),
+        SiteLimit("max_amplitude_images", None, "most images whose ELCFS amplitude windows may leave (default: no cap)"),
+    ),
+)

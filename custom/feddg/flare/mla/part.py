@@ -1,0 +1,49 @@
+"""MLA's part of a job: the server keeps the final round's local models of the sites that opt in (the
+``local_model_keeper`` component the rounds' workflow hands them to), the MLA workflow after the rounds, the MLA
+executor, the job filter on the feature task, what a site's egress filter lets out, the ``mla`` section of
+feddg.yaml (written out in full so that a job copy can switch to ``encoder: global`` and the like), and the opt-in
+that ``feddg simulate`` writes for its own sites."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nvflare.apis.dxo import DXO
+
+from feddg.config import FedDGConfig, MLAConfig
+from feddg.flare.constants import CONFIG_FILE, FedDGTask
+from feddg.flare.method_spec import Component, MethodPart, SiteLimit, TaskFilter
+from feddg.flare.mla.payloads import DEFAULT_MAX_FEATURE_WIDTH, check_feature_payload, check_mla_evaluate_result
+
+KEEPER_ID = "local_model_keeper"
+
+
+def egress_feature_matrix(dxo: DXO, cfg: FedDGConfig, limits: Mapping[str, Any]) -> None:
+    """A site lets out a feature matrix within its own caps."""
+    check_feature_payload(dxo, None, limits["max_feature_width"], limits["max_feature_rows"])
+
+
+def egress_mla_evaluation(dxo: DXO, cfg: FedDGConfig, limits: Mapping[str, Any]) -> None:
+    check_mla_evaluate_result(dxo)
+
+
+PART = MethodPart(
+    executor="feddg.flare.mla.executor.MLAExecutor",
+    tasks=(FedDGTask.MLA_FEATURES, FedDGTask.MLA_EVALUATE),
+    server_components=(Component("feddg.flare.mla.local_models.LocalModelKeeper", {}, id=KEEPER_ID),),
+    round_args={"final_round_receiver_id": KEEPER_ID},
+    after_rounds=(Component("feddg.flare.mla.workflow.MLAWorkflow",
+                            {"config_file": CONFIG_FILE, "persistor_id": "persistor",
+                             "report_file": "feddg_report.json"}, id="mla"),),
+    result_filters=(TaskFilter((FedDGTask.MLA_FEATURES,),
+                               Component("feddg.flare.mla.filter.FeatureMatrixFilter", {"config_file": CONFIG_FILE})),),
+    experiment={"mla": MLAConfig().model_dump()},
+    egress={FedDGTask.MLA_FEATURES: egress_feature_matrix, FedDGTask.MLA_EVALUATE: egress_mla_evaluation},
+    site_limits=(
+        SiteLimit("max_feature_width", DEFAULT_MAX_FEATURE_WIDTH,
+                  f"most MLA feature values per image (default {DEFAULT_MAX_FEATURE_WIDTH})"),
+        SiteLimit("max_feature_rows", None, "most images whose MLA feature vectors may leave (default: no cap)"),
+    ),
+    simulated_site_config={"share_local_model": True},
+)
