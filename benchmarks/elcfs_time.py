@@ -20,10 +20,10 @@ import torch
 
 from feddg.config import config_from_dict
 from feddg.data.dataset import load_site, make_loader
+from feddg.flare.elcfs.payloads import amplitude_half_widths
 from feddg.jobs import experiment
 from feddg.methods.boundary import boundary_loss
 from feddg.methods.episodic import train_episodic, transformed_views
-from feddg.flare.elcfs.payloads import amplitude_half_widths
 from feddg.methods.frequency import amplitude_window
 from feddg.nets.unet import build_model, select_device
 from feddg.training import segmentation_loss, train_epochs

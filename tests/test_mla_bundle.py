@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from feddg.config import config_from_dict
+from feddg.flare.mla.bundle import MANIFEST, MLABundle, load_bundle, save_bundle
 from feddg.methods.mla.attention import DomainAttention, train_domain_attention
 from feddg.methods.mla.combination import combine_state_dicts
 from feddg.methods.mla.encoders import build_feature_encoder, encode, global_model_encoder
-from feddg.flare.mla.bundle import MANIFEST, MLABundle, load_bundle, save_bundle
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
 

@@ -11,8 +11,8 @@ from nvflare.apis.filter import ContentBlockedException
 from nvflare.apis.fl_constant import FilterKey, FLContextKey, ReturnCode
 from nvflare.apis.shareable import Shareable, make_reply
 
-from feddg.flare.elcfs.filter import AmplitudeWindowFilter
 from feddg.flare.constants import FedDGTask
+from feddg.flare.elcfs.filter import AmplitudeWindowFilter
 from feddg.flare.elcfs.payloads import amplitude_bank_dxo, amplitude_window_dxo
 from feddg.methods.frequency import amplitude_window
 from tests.conftest import tiny_experiment

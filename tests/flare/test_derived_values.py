@@ -12,10 +12,10 @@ import pytest
 from nvflare.apis.fl_constant import FilterKey, FLContextKey
 
 from feddg.config import config_from_dict
-from feddg.flare.elcfs.filter import AmplitudeWindowFilter
 from feddg.flare.constants import FedDGTask
-from feddg.flare.mla.filter import FeatureMatrixFilter
+from feddg.flare.elcfs.filter import AmplitudeWindowFilter
 from feddg.flare.elcfs.payloads import amplitude_half_widths, amplitude_window_dxo
+from feddg.flare.mla.filter import FeatureMatrixFilter
 from feddg.flare.mla.payloads import feature_matrix_dxo
 from feddg.jobs import JOBS, render_job
 from feddg.methods.frequency import amplitude_window

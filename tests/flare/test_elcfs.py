@@ -16,12 +16,12 @@ from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 
 from feddg.config import config_from_dict
-from feddg.flare.elcfs.exchange import AmplitudeExchange
-from feddg.flare.elcfs.filter import AmplitudeWindowFilter
 from feddg.flare.constants import FedDGMeta, FedDGTask
+from feddg.flare.elcfs.exchange import AmplitudeExchange
 from feddg.flare.elcfs.executor import BANK_FILE, ELCFSExecutor
-from feddg.flare.executor import STATE_DIR
+from feddg.flare.elcfs.filter import AmplitudeWindowFilter
 from feddg.flare.elcfs.payloads import AMPLITUDE_WINDOW, amplitude_bank_dxo, check_amplitude_payload
+from feddg.flare.executor import STATE_DIR
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context

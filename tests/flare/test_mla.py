@@ -21,14 +21,14 @@ from feddg.config import config_from_dict, mla_feature_width
 from feddg.data.dataset import load_site
 from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.egress_filter import SiteEgressFilter
+from feddg.flare.mla.bundle import bundle_to_payload, load_bundle, save_bundle
+from feddg.flare.mla.executor import MLAExecutor
 from feddg.flare.mla.filter import FeatureMatrixFilter
 from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, LocalModelStore
-from feddg.flare.mla.executor import MLAExecutor
-from feddg.flare.mla.workflow import MLAWorkflow
 from feddg.flare.mla.payloads import FEATURE_MATRIX, check_feature_payload, feature_request_dxo, mla_bundle_dxo
+from feddg.flare.mla.workflow import MLAWorkflow
 from feddg.methods.mla.attention import train_domain_attention
 from feddg.methods.mla.encoders import build_feature_encoder, encode
-from feddg.flare.mla.bundle import bundle_to_payload, load_bundle, save_bundle
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context

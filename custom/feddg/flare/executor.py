@@ -23,6 +23,8 @@ import copy
 import math
 import os
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -41,6 +43,7 @@ from feddg.evaluation import evaluate_sliceset, mean_dice, split_loss
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
 from feddg.flare.redact import public, scrub
+from feddg.flare.site_config import SiteConfigError
 from feddg.flare.site_info import site_fingerprint
 from feddg.jsonfile import read_json, write_json
 from feddg.nets.unet import build_model, select_device
@@ -52,6 +55,27 @@ STATE_DIR = "feddg_site_state"
 
 class LocalTrainingError(RuntimeError):
     """The site cannot run its local training this round; the message says why."""
+
+
+class BadTaskData(ValueError):
+    """The task data a site received is not what the task carries; the message says why."""
+
+
+@dataclass(frozen=True)
+class TaskHandler:
+    """How an executor answers one task.
+
+    Attributes:
+        handle: (task data, fl_ctx, abort signal) -> the result; it may raise :class:`BadTaskData` (answered with
+            ``BAD_TASK_DATA``) or a ConfigError / DataError / SiteConfigError (answered with an error, named in the
+            log).
+        unseen_site_refuses: the held-out site answers with an error instead (it never trains or sends data).
+        refusal: what the held-out site says when it refuses (after "site X is the unseen site of this job: ").
+    """
+
+    handle: Callable[[Shareable, FLContext, Signal], Shareable]
+    unseen_site_refuses: bool = False
+    refusal: str = "it takes no part in this task"
 
 
 class FedDGExecutor(Executor):
@@ -88,6 +112,11 @@ class FedDGExecutor(Executor):
         self._cfg: FedDGConfig | None = None
         self._data: dict[str, SliceSet] | None = None
         self._site: str | None = None
+        # task name -> handler; a method's executor adds its own tasks (site_info is answered before any setup)
+        self.handlers: dict[str, TaskHandler] = {
+            train_task_name: TaskHandler(self._train_task, unseen_site_refuses=True, refusal="it never trains"),
+            evaluate_task_name: TaskHandler(self._evaluate_task),
+        }
 
     # ------------------------------------------------------------------ entry point
     def log_error(self, fl_ctx: FLContext, msg: str, fire_event: bool = True) -> None:
@@ -109,31 +138,53 @@ class FedDGExecutor(Executor):
     def _execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         if task_name == FedDGTask.SITE_INFO:
             return self._site_info(fl_ctx)
-        if task_name not in (self.train_task_name, self.evaluate_task_name):
+        handler = self.handlers.get(task_name)
+        if handler is None:
             return make_reply(ReturnCode.TASK_UNKNOWN)
         try:
             self._setup(fl_ctx)
-        except (ConfigError, DataError) as e:
+        except (ConfigError, DataError, SiteConfigError) as e:
             # Named before any training: the site answers with an error, the others go on.
             self.log_error(fl_ctx, f"site {fl_ctx.get_identity_name()} cannot start: {e}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
-        try:
-            dxo = from_shareable(shareable)
-        except ValueError as e:
-            self.log_error(fl_ctx, f"task {task_name}: malformed task data: {e}")
-            return make_reply(ReturnCode.BAD_TASK_DATA)
-        if dxo.data_kind != DataKind.WEIGHTS or not isinstance(dxo.data, dict) or not dxo.data:
-            self.log_error(fl_ctx, f"task {task_name}: expected model weights, got {dxo.data_kind}")
-            return make_reply(ReturnCode.BAD_TASK_DATA)
-        try:
-            model = self._load_weights(dxo.data)
-        except (RuntimeError, KeyError, ValueError) as e:
-            self.log_error(fl_ctx, f"task {task_name}: the received weights do not fit the configured network: {e}")
-            return make_reply(ReturnCode.BAD_TASK_DATA)
+        if handler.unseen_site_refuses and self._site == self._cfg.data.unseen_site:
+            self.log_error(fl_ctx, f"site {self._site} is the unseen site of this job: {handler.refusal}")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
         if abort_signal.triggered:
             return make_reply(ReturnCode.TASK_ABORTED)
-        if task_name == self.train_task_name:
-            return self._train(model, shareable, fl_ctx, abort_signal)
+        try:
+            return handler.handle(shareable, fl_ctx, abort_signal)
+        except BadTaskData as e:
+            self.log_error(fl_ctx, f"site {self._site}, task {task_name}: {e}")
+            return make_reply(ReturnCode.BAD_TASK_DATA)
+        except (ConfigError, DataError, SiteConfigError) as e:
+            self.log_error(fl_ctx, f"site {self._site}, task {task_name}: {e}")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+
+    @staticmethod
+    def task_dxo(shareable: Shareable) -> DXO:
+        """The DXO of a task's data; BadTaskData when there is none."""
+        try:
+            return from_shareable(shareable)
+        except ValueError as e:
+            raise BadTaskData(f"malformed task data: {e}") from None
+
+    def _received_model(self, shareable: Shareable) -> tuple[torch.nn.Module, DXO]:
+        """The network of the job with the weights the task carries; BadTaskData when they do not fit."""
+        dxo = self.task_dxo(shareable)
+        if dxo.data_kind != DataKind.WEIGHTS or not isinstance(dxo.data, dict) or not dxo.data:
+            raise BadTaskData(f"expected model weights, got {dxo.data_kind}")
+        try:
+            return self._load_weights(dxo.data), dxo
+        except (RuntimeError, KeyError, ValueError) as e:
+            raise BadTaskData(f"the received weights do not fit the configured network: {e}") from None
+
+    def _train_task(self, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        model, _ = self._received_model(shareable)
+        return self._train(model, shareable, fl_ctx, abort_signal)
+
+    def _evaluate_task(self, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        model, dxo = self._received_model(shareable)
         return self._evaluate(model, dxo, fl_ctx)
 
     def _site_info(self, fl_ctx: FLContext) -> Shareable:
@@ -165,9 +216,6 @@ class FedDGExecutor(Executor):
     # ------------------------------------------------------------------ train
     def _train(self, model: torch.nn.Module, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         cfg, site = self._cfg, self._site
-        if site == cfg.data.unseen_site:
-            self.log_error(fl_ctx, f"site {site} is the unseen site of this job: it never trains")
-            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
         current_round = int(shareable.get_header("current_round", 0) or 0)
         meta: dict[str, Any] = {FedDGMeta.NUM_TRAIN_SAMPLES: len(self._data["train"])}
         if len(self._data["val"]):

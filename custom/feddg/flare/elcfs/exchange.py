@@ -21,18 +21,16 @@ from nvflare.apis.controller_spec import ClientTask, Task
 from nvflare.apis.dxo import from_shareable
 from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.fl_context import FLContext
-from nvflare.apis.impl.controller import Controller
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 
-from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
-from feddg.flare.job_config import load_job_config
 from feddg.flare.elcfs.payloads import amplitude_bank_dxo, amplitude_half_widths, check_amplitude_payload
 from feddg.flare.payloads import PayloadRejected
+from feddg.flare.phase import ServerPhase
 
 
-class AmplitudeExchange(Controller):
+class AmplitudeExchange(ServerPhase):
     """Collect the training sites' amplitude windows into the distribution bank and hand it to every training site.
 
     Args:
@@ -48,20 +46,9 @@ class AmplitudeExchange(Controller):
         exchange_task_name: str = FedDGTask.AMPLITUDE_SPECTRA,
         bank_task_name: str = FedDGTask.AMPLITUDE_BANK,
     ):
-        super().__init__()
-        self.config_file = config_file
+        super().__init__(config_file)
         self.exchange_task_name = exchange_task_name
         self.bank_task_name = bank_task_name
-        self._cfg: FedDGConfig | None = None
-
-    def start_controller(self, fl_ctx: FLContext) -> None:
-        self._cfg = load_job_config(fl_ctx, self.config_file)
-
-    def stop_controller(self, fl_ctx: FLContext) -> None:
-        pass
-
-    def process_result_of_unknown_task(self, client, task_name, client_task_id, result, fl_ctx) -> None:
-        self.log_warning(fl_ctx, f"ignoring a late or unknown result of task {task_name} from {client.name}")
 
     def control_flow(self, abort_signal: Signal, fl_ctx: FLContext) -> None:
         cfg = self._cfg

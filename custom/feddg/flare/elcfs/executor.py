@@ -17,6 +17,7 @@ Tasks, on top of :class:`feddg.flare.executor.FedDGExecutor`'s ``train`` and ``e
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,15 +25,12 @@ from nvflare.apis.dxo import from_shareable
 from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable, make_reply
-from nvflare.apis.signal import Signal
 
-from feddg.config import ConfigError
-from feddg.data.errors import DataError
-from feddg.flare.constants import CONFIG_FILE, FedDGTask
-from feddg.flare.executor import FedDGExecutor, LocalTrainingError
+from feddg.flare.constants import FedDGTask
 from feddg.flare.elcfs.payloads import amplitude_half_widths, amplitude_window_dxo, check_amplitude_bank
+from feddg.flare.executor import FedDGExecutor, LocalTrainingError, TaskHandler
 from feddg.flare.payloads import PayloadRejected
-from feddg.flare.site_config import SiteConfigError, load_site_config
+from feddg.flare.site_config import load_site_config
 from feddg.methods.boundary import boundary_loss
 from feddg.methods.episodic import train_episodic
 from feddg.methods.frequency import amplitude_window
@@ -46,45 +44,26 @@ class ELCFSExecutor(FedDGExecutor):
     """ELCFS at a site.
 
     Args:
-        config_file: the job's ``feddg.yaml`` (its ``elcfs`` section holds the method's settings).
-        train_task_name / evaluate_task_name: as in :class:`FedDGExecutor`.
         exchange_task_name: the task that asks for the amplitude windows.
         bank_task_name: the task that delivers the distribution bank.
-        tb_writer_id, send_generalization_gap, send_weight_diff: as in :class:`FedDGExecutor` (ELCFS local
-            training combines with any aggregator: GA needs the generalization gap).
+        executor_args: as in :class:`FedDGExecutor`; the job's ``feddg.yaml`` holds the method's settings in its
+            ``elcfs`` section (ELCFS local training combines with any aggregator: GA needs the generalization gap).
     """
 
     def __init__(
         self,
-        config_file: str = CONFIG_FILE,
-        train_task_name: str = FedDGTask.TRAIN,
-        evaluate_task_name: str = FedDGTask.EVALUATE,
         exchange_task_name: str = FedDGTask.AMPLITUDE_SPECTRA,
         bank_task_name: str = FedDGTask.AMPLITUDE_BANK,
-        tb_writer_id: str | None = None,
-        send_generalization_gap: bool = False,
-        send_weight_diff: bool = False,
+        **executor_args: Any,
     ):
-        super().__init__(config_file, train_task_name, evaluate_task_name, tb_writer_id, send_generalization_gap,
-                         send_weight_diff)
+        super().__init__(**executor_args)
         self.exchange_task_name = exchange_task_name
         self.bank_task_name = bank_task_name
-
-    def _execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
-        if task_name not in (self.exchange_task_name, self.bank_task_name):
-            return super()._execute(task_name, shareable, fl_ctx, abort_signal)
-        try:
-            self._setup(fl_ctx)
-            if self._site == self._cfg.data.unseen_site:
-                self.log_error(fl_ctx, f"site {self._site} is the unseen site of this job: it takes no part in the "
-                                       f"amplitude exchange")
-                return make_reply(ReturnCode.EXECUTION_EXCEPTION)
-            if task_name == self.exchange_task_name:
-                return self._send_windows(fl_ctx)
-            return self._store_bank(shareable, fl_ctx)
-        except (ConfigError, DataError, SiteConfigError) as e:
-            self.log_error(fl_ctx, f"site {fl_ctx.get_identity_name()}, task {task_name}: {e}")
-            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        refusal = "it takes no part in the amplitude exchange"
+        self.handlers[exchange_task_name] = TaskHandler(lambda _, fl_ctx, __: self._send_windows(fl_ctx),
+                                                        unseen_site_refuses=True, refusal=refusal)
+        self.handlers[bank_task_name] = TaskHandler(lambda shareable, fl_ctx, _: self._store_bank(shareable, fl_ctx),
+                                                    unseen_site_refuses=True, refusal=refusal)
 
     # ------------------------------------------------------------------ the exchange
     def _send_windows(self, fl_ctx: FLContext) -> Shareable:

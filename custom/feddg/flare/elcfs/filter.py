@@ -22,13 +22,13 @@ from nvflare.apis.dxo import DXO
 
 from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
-from feddg.flare.payload_filter import Check, PayloadFilter
 from feddg.flare.elcfs.payloads import (
     DEFAULT_MAX_HALF_WIDTH,
     amplitude_half_widths,
     check_amplitude_bank,
     check_amplitude_payload,
 )
+from feddg.flare.payload_filter import Check, PayloadFilter
 
 
 class AmplitudeWindowFilter(PayloadFilter):

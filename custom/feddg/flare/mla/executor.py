@@ -20,24 +20,23 @@ Tasks, on top of :class:`feddg.flare.executor.FedDGExecutor`'s ``train`` and ``e
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
-from nvflare.apis.dxo import DXO, DataKind, from_shareable
+from nvflare.apis.dxo import DXO, DataKind
 from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable, make_reply
 from nvflare.apis.signal import Signal
 
-from feddg.config import ConfigError
-from feddg.data.errors import DataError
-from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
-from feddg.flare.executor import FedDGExecutor
+from feddg.flare.constants import FedDGMeta, FedDGTask
+from feddg.flare.executor import FedDGExecutor, TaskHandler
+from feddg.flare.mla.bundle import bundle_from_payload, evaluate_with_bundle
 from feddg.flare.mla.payloads import MLA_BUNDLE, check_feature_request, feature_matrix_dxo
 from feddg.flare.payloads import PayloadRejected
-from feddg.flare.site_config import SiteConfigError, load_site_config
+from feddg.flare.site_config import load_site_config
 from feddg.methods.mla.encoders import build_feature_encoder, encode, global_model_encoder
-from feddg.flare.mla.bundle import bundle_from_payload, evaluate_with_bundle
 from feddg.seeds import round_seed
 
 MLA_MODEL_NAME = "mla"
@@ -47,58 +46,34 @@ class MLAExecutor(FedDGExecutor):
     """MLA at a site.
 
     Args:
-        config_file, train_task_name, evaluate_task_name, tb_writer_id, send_generalization_gap,
-            send_weight_diff: as in :class:`FedDGExecutor`.
         features_task_name: the task that asks for the site's feature matrix.
         mla_evaluate_task_name: the task that delivers the MLA bundle for evaluation.
+        executor_args: as in :class:`FedDGExecutor`.
     """
 
     def __init__(
         self,
-        config_file: str = CONFIG_FILE,
-        train_task_name: str = FedDGTask.TRAIN,
-        evaluate_task_name: str = FedDGTask.EVALUATE,
         features_task_name: str = FedDGTask.MLA_FEATURES,
         mla_evaluate_task_name: str = FedDGTask.MLA_EVALUATE,
-        tb_writer_id: str | None = None,
-        send_generalization_gap: bool = False,
-        send_weight_diff: bool = False,
+        **executor_args: Any,
     ):
-        super().__init__(config_file, train_task_name, evaluate_task_name, tb_writer_id, send_generalization_gap,
-                         send_weight_diff)
+        super().__init__(**executor_args)
         self.features_task_name = features_task_name
         self.mla_evaluate_task_name = mla_evaluate_task_name
         self._share_local_model = False
+        self.handlers[self.train_task_name] = dataclasses.replace(self.handlers[self.train_task_name],
+                                                                  handle=self._train_if_shared)
+        self.handlers[features_task_name] = TaskHandler(
+            lambda shareable, fl_ctx, _: self._send_features(self.task_dxo(shareable), fl_ctx),
+            unseen_site_refuses=True, refusal="it sends no features to the domain feature bank")
+        self.handlers[mla_evaluate_task_name] = TaskHandler(
+            lambda shareable, fl_ctx, _: self._evaluate_bundle(self.task_dxo(shareable), fl_ctx))
 
-    def _execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
-        if task_name == self.train_task_name:
-            try:  # the site's own file decides, read afresh for every round
-                self._share_local_model = load_site_config(fl_ctx).share_local_model
-            except SiteConfigError as e:
-                self.log_error(fl_ctx, f"site {fl_ctx.get_identity_name()}, task {task_name}: {e}")
-                return make_reply(ReturnCode.EXECUTION_EXCEPTION)
-            return super()._execute(task_name, shareable, fl_ctx, abort_signal)
-        if task_name not in (self.features_task_name, self.mla_evaluate_task_name):
-            return super()._execute(task_name, shareable, fl_ctx, abort_signal)
-        try:
-            self._setup(fl_ctx)
-        except (ConfigError, DataError) as e:
-            self.log_error(fl_ctx, f"site {fl_ctx.get_identity_name()}, task {task_name}: {e}")
-            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
-        try:
-            dxo = from_shareable(shareable)
-        except ValueError as e:
-            self.log_error(fl_ctx, f"site {self._site}, task {task_name}: malformed task data: {e}")
-            return make_reply(ReturnCode.BAD_TASK_DATA)
-        if abort_signal.triggered:
-            return make_reply(ReturnCode.TASK_ABORTED)
-        if task_name == self.features_task_name:
-            if self._site == self._cfg.data.unseen_site:
-                self.log_error(fl_ctx, f"site {self._site} is the unseen site of this job: it sends no features "
-                                       f"to the domain feature bank")
-                return make_reply(ReturnCode.EXECUTION_EXCEPTION)
-            return self._send_features(dxo, fl_ctx)
-        return self._evaluate_bundle(dxo, fl_ctx)
+    def _train_if_shared(self, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
+        """Training as usual; the site's own file decides, read afresh for every round, whether the result is
+        flagged for the server to keep."""
+        self._share_local_model = load_site_config(fl_ctx).share_local_model
+        return self._train_task(shareable, fl_ctx, abort_signal)
 
     # ------------------------------------------------------------------ train
     def _extra_train_meta(self, fl_ctx: FLContext) -> dict[str, Any]:

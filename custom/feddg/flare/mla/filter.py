@@ -19,8 +19,8 @@ from nvflare.apis.dxo import DXO
 
 from feddg.config import FedDGConfig, mla_feature_width
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
-from feddg.flare.payload_filter import Check, PayloadFilter
 from feddg.flare.mla.payloads import DEFAULT_MAX_FEATURE_WIDTH, check_feature_payload
+from feddg.flare.payload_filter import Check, PayloadFilter
 
 
 class FeatureMatrixFilter(PayloadFilter):

@@ -44,7 +44,6 @@ from nvflare.apis.controller_spec import ClientTask, Task
 from nvflare.apis.dxo import from_shareable
 from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.fl_context import FLContext
-from nvflare.apis.impl.controller import Controller
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.model import ModelLearnableKey
@@ -53,22 +52,22 @@ from nvflare.app_common.app_constant import AppConstants, DefaultCheckpointFileN
 from feddg.config import FedDGConfig, mla_feature_width
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
 from feddg.flare.controller import stream_rows
-from feddg.flare.job_config import load_job_config
-from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, OPT_IN_HINT, LocalModelStore
+from feddg.flare.mla.bundle import bundle_to_payload, load_bundle, save_bundle
 from feddg.flare.mla.executor import MLA_MODEL_NAME
+from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, OPT_IN_HINT, LocalModelStore
 from feddg.flare.mla.payloads import check_feature_payload, feature_request_dxo, mla_bundle_dxo
 from feddg.flare.payloads import PayloadRejected
+from feddg.flare.phase import ServerPhase
 from feddg.jsonfile import read_json
 from feddg.methods.mla.attention import train_domain_attention
 from feddg.methods.mla.encoders import build_feature_encoder, global_model_encoder
-from feddg.flare.mla.bundle import bundle_to_payload, load_bundle, save_bundle
 from feddg.nets.unet import build_model
 from feddg.report import compare_models, evaluation_rows, format_table, write_report
 
 BUNDLE_DIR = "mla_bundle"
 
 
-class MLAWorkflow(Controller):
+class MLAWorkflow(ServerPhase):
     """The feature bank, the domain attention module, the MLA bundle and its evaluation at every site.
 
     Args:
@@ -90,23 +89,12 @@ class MLAWorkflow(Controller):
         bundle_dir: str = BUNDLE_DIR,
         report_file: str = "feddg_report.json",
     ):
-        super().__init__()
-        self.config_file = config_file
+        super().__init__(config_file)
         self.features_task_name = features_task_name
         self.evaluate_task_name = evaluate_task_name
         self.persistor_id = persistor_id
         self.bundle_dir = bundle_dir
         self.report_file = report_file
-        self._cfg: FedDGConfig | None = None
-
-    def start_controller(self, fl_ctx: FLContext) -> None:
-        self._cfg = load_job_config(fl_ctx, self.config_file)
-
-    def stop_controller(self, fl_ctx: FLContext) -> None:
-        pass
-
-    def process_result_of_unknown_task(self, client, task_name, client_task_id, result, fl_ctx) -> None:
-        self.log_warning(fl_ctx, f"ignoring a late or unknown result of task {task_name} from {client.name}")
 
     # ------------------------------------------------------------------ the workflow
     def control_flow(self, abort_signal: Signal, fl_ctx: FLContext) -> None:
