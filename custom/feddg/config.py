@@ -87,6 +87,10 @@ class DataConfig(_Section):
     def in_channels(self) -> int:
         return TASKS[self.task][0]
 
+    def role(self, site: str) -> Literal["unseen", "train"]:
+        """A site's role in the job: the held-out ``unseen`` site never trains and only evaluates."""
+        return "unseen" if site == self.unseen_site else "train"
+
     @property
     def label_names(self) -> tuple[str, ...]:
         return TASKS[self.task][1]

@@ -13,7 +13,7 @@ from nvflare.apis.shareable import Shareable, make_reply
 
 from feddg.flare.constants import FedDGTask
 from feddg.flare.elcfs.filter import AmplitudeWindowFilter
-from feddg.flare.elcfs.payloads import amplitude_bank_dxo, amplitude_window_dxo
+from feddg.flare.elcfs.payloads import ELCFSTask, amplitude_bank_dxo, amplitude_window_dxo
 from feddg.methods.frequency import amplitude_window
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context
@@ -29,7 +29,7 @@ def ctx(tmp_path):
     return fl_ctx
 
 
-def _run(fl_ctx, shareable, task=FedDGTask.AMPLITUDE_SPECTRA, direction=FilterKey.OUT, **args):
+def _run(fl_ctx, shareable, task=ELCFSTask.AMPLITUDE_SPECTRA, direction=FilterKey.OUT, **args):
     fl_ctx.set_prop(FLContextKey.TASK_NAME, task, private=True, sticky=False)
     fl_ctx.set_prop(FLContextKey.FILTER_DIRECTION, direction, private=True, sticky=False)
     return AmplitudeWindowFilter(**{"max_half_width": 1, **args}).process(shareable, fl_ctx)
@@ -85,7 +85,7 @@ ATTACKS = {
 def test_anything_else_is_blocked_with_a_log_line_naming_the_task(ctx, caplog, attack):
     with caplog.at_level(logging.ERROR), pytest.raises(ContentBlockedException):
         _run(ctx, ATTACKS[attack]())
-    assert f"task {FedDGTask.AMPLITUDE_SPECTRA}: blocked the result leaving the site" in caplog.text
+    assert f"task {ELCFSTask.AMPLITUDE_SPECTRA}: blocked the result leaving the site" in caplog.text
 
 
 def test_extra_top_level_keys_and_arrays_in_headers_are_blocked(ctx):
@@ -128,16 +128,16 @@ def test_other_tasks_incoming_data_and_error_replies_pass(ctx):
 
 def test_incoming_bank_is_validated(ctx):
     good = amplitude_bank_dxo({"BMC": amplitude_window(IMAGES, HW)}, HW).to_shareable()
-    assert _run(ctx, good, task=FedDGTask.AMPLITUDE_BANK, direction=FilterKey.IN) is good
+    assert _run(ctx, good, task=ELCFSTask.AMPLITUDE_BANK, direction=FilterKey.IN) is good
     bad = amplitude_bank_dxo({"BMC": amplitude_window(IMAGES, HW)[..., :2]}, HW).to_shareable()
     with pytest.raises(ContentBlockedException, match="task amplitude_bank: bank entry 'BMC'"):
-        _run(ctx, bad, task=FedDGTask.AMPLITUDE_BANK, direction=FilterKey.IN)
+        _run(ctx, bad, task=ELCFSTask.AMPLITUDE_BANK, direction=FilterKey.IN)
     nan = amplitude_bank_dxo({"BMC": amplitude_window(IMAGES, HW) * np.inf}, HW).to_shareable()
     with pytest.raises(ContentBlockedException, match="NaN or infinite"):
-        _run(ctx, nan, task=FedDGTask.AMPLITUDE_BANK, direction=FilterKey.IN)
+        _run(ctx, nan, task=ELCFSTask.AMPLITUDE_BANK, direction=FilterKey.IN)
 
 
 def test_without_a_direction_the_filter_refuses_to_guess(ctx):
-    ctx.set_prop(FLContextKey.TASK_NAME, FedDGTask.AMPLITUDE_SPECTRA, private=True, sticky=False)
+    ctx.set_prop(FLContextKey.TASK_NAME, ELCFSTask.AMPLITUDE_SPECTRA, private=True, sticky=False)
     with pytest.raises(ContentBlockedException, match="cannot tell"):
         AmplitudeWindowFilter().process(_valid(), ctx)

@@ -15,6 +15,7 @@ from feddg.flare.controller import LeaveOneSiteOutFedAvg
 from feddg.flare.fedavg.aggregator import SampleSizeAggregator
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context
+from feddg.flare.mla.payloads import SHARE_LOCAL_MODEL
 
 SITES = ["A", "B", "C"]
 
@@ -126,7 +127,7 @@ def _keeping_controller(tmp_path, results, keep=True, num_rounds=1):
 
 def _shared(site, value, **kw):
     u = _update(site, value, **kw)
-    u.meta[FedDGMeta.SHARE_LOCAL_MODEL] = True
+    u.meta[SHARE_LOCAL_MODEL] = True
     return u
 
 

@@ -12,11 +12,11 @@ import pytest
 from nvflare.apis.fl_constant import FilterKey, FLContextKey
 
 from feddg.config import config_from_dict
-from feddg.flare.constants import FedDGTask
+
 from feddg.flare.elcfs.filter import AmplitudeWindowFilter
-from feddg.flare.elcfs.payloads import amplitude_half_widths, amplitude_window_dxo
+from feddg.flare.elcfs.payloads import ELCFSTask, amplitude_half_widths, amplitude_window_dxo
 from feddg.flare.mla.filter import FeatureMatrixFilter
-from feddg.flare.mla.payloads import feature_matrix_dxo
+from feddg.flare.mla.payloads import MLATask, feature_matrix_dxo
 from feddg.jobs import JOBS, render_job
 from feddg.methods.frequency import amplitude_window
 from feddg.seeds import round_seed, split_seed
@@ -47,11 +47,11 @@ def test_the_job_filter_takes_the_window_from_the_yaml(tmp_path, size):
     hw = amplitude_half_widths(config_from_dict(exp))
     images = np.random.default_rng(0).normal(size=(3, 1, size, size)).astype(np.float32)
     good = amplitude_window_dxo(amplitude_window(images, hw), hw, (size, size)).to_shareable()
-    assert AmplitudeWindowFilter().process(good, _outgoing(fl_ctx, FedDGTask.AMPLITUDE_SPECTRA)) is good
+    assert AmplitudeWindowFilter().process(good, _outgoing(fl_ctx, ELCFSTask.AMPLITUDE_SPECTRA)) is good
     other = (hw[0] + 1, hw[1] + 1)
     wrong = amplitude_window_dxo(amplitude_window(images, other), other, (size, size)).to_shareable()
     with pytest.raises(Exception, match="differ from the configured"):
-        AmplitudeWindowFilter().process(wrong, _outgoing(fl_ctx, FedDGTask.AMPLITUDE_SPECTRA))
+        AmplitudeWindowFilter().process(wrong, _outgoing(fl_ctx, ELCFSTask.AMPLITUDE_SPECTRA))
 
 
 def test_the_feature_filter_takes_width_and_rows_from_the_yaml(tmp_path):
@@ -59,11 +59,11 @@ def test_the_feature_filter_takes_width_and_rows_from_the_yaml(tmp_path):
     exp["mla"] = {"encoder_width": 8, "encoder_depth": 2, "feature_images": 4}
     fl_ctx, _ = make_context(tmp_path, "BIDMC", exp)
     ok = feature_matrix_dxo(np.zeros((4, 16), np.float32)).to_shareable()
-    assert FeatureMatrixFilter().process(ok, _outgoing(fl_ctx, FedDGTask.MLA_FEATURES)) is ok
+    assert FeatureMatrixFilter().process(ok, _outgoing(fl_ctx, MLATask.MLA_FEATURES)) is ok
     for shape in ((4, 32), (5, 16)):  # another width than the encoder's, more rows than mla.feature_images
         bad = feature_matrix_dxo(np.zeros(shape, np.float32)).to_shareable()
         with pytest.raises(Exception, match="task mla_features"):
-            FeatureMatrixFilter().process(bad, _outgoing(fl_ctx, FedDGTask.MLA_FEATURES))
+            FeatureMatrixFilter().process(bad, _outgoing(fl_ctx, MLATask.MLA_FEATURES))
 
 
 def _numbers(node, path=""):

@@ -15,7 +15,7 @@ from nvflare.apis.shareable import make_reply
 from feddg.config import config_from_dict
 from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.egress_filter import SiteEgressFilter
-from feddg.flare.elcfs.payloads import amplitude_window_dxo
+from feddg.flare.elcfs.payloads import ELCFSTask, amplitude_window_dxo
 from feddg.methods.frequency import amplitude_window
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
@@ -55,8 +55,8 @@ def test_the_project_payloads_pass(setup):
     metrics = DXO(DataKind.METRICS, METRICS, {FedDGMeta.MODEL_NAME: "final"}).to_shareable()
     assert _run(fl_ctx, metrics, FedDGTask.EVALUATE) is metrics
     window = amplitude_window_dxo(amplitude_window(IMAGE, (1, 1)), (1, 1), (32, 32)).to_shareable()
-    assert _run(fl_ctx, window, FedDGTask.AMPLITUDE_SPECTRA) is window
-    for task in (FedDGTask.AMPLITUDE_BANK, "anything"):
+    assert _run(fl_ctx, window, ELCFSTask.AMPLITUDE_SPECTRA) is window
+    for task in (ELCFSTask.AMPLITUDE_BANK, "anything"):
         ack = make_reply(ReturnCode.OK)
         assert _run(fl_ctx, ack, task) is ack  # nothing in it
     incoming = DXO(DataKind.WEIGHTS, {"x": IMAGE}).to_shareable()
@@ -74,13 +74,13 @@ def _attacks(weights):
         "unknown meta": (FedDGTask.TRAIN, _train_result(weights, patient_id="x")),
         "metrics as training result": (FedDGTask.TRAIN, DXO(DataKind.METRICS, METRICS).to_shareable()),
         "array in metrics": (FedDGTask.EVALUATE, DXO(DataKind.METRICS, {"val": {"map": IMAGE}}).to_shareable()),
-        "raw image on the exchange": (FedDGTask.AMPLITUDE_SPECTRA,
+        "raw image on the exchange": (ELCFSTask.AMPLITUDE_SPECTRA,
                                       DXO("AMPLITUDE_WINDOW", {"amplitude_window": IMAGE},
                                           {"payload": "amplitude_window", "half_widths": [1, 1],
                                            "num_images": 1}).to_shareable()),
-        "full spectrum on the exchange": (FedDGTask.AMPLITUDE_SPECTRA, amplitude_window_dxo(
+        "full spectrum on the exchange": (ELCFSTask.AMPLITUDE_SPECTRA, amplitude_window_dxo(
             amplitude_window(IMAGE[..., :31, :31], (15, 15)), (15, 15), (31, 31)).to_shareable()),
-        "payload on an acknowledgement": (FedDGTask.AMPLITUDE_BANK,
+        "payload on an acknowledgement": (ELCFSTask.AMPLITUDE_BANK,
                                           DXO(DataKind.WEIGHTS, {"x": IMAGE}).to_shareable()),
         "unknown task": ("exfiltrate", DXO(DataKind.WEIGHTS, weights).to_shareable()),
     }

@@ -20,7 +20,7 @@ from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.elcfs.exchange import AmplitudeExchange
 from feddg.flare.elcfs.executor import BANK_FILE, ELCFSExecutor
 from feddg.flare.elcfs.filter import AmplitudeWindowFilter
-from feddg.flare.elcfs.payloads import AMPLITUDE_WINDOW, amplitude_bank_dxo, check_amplitude_payload
+from feddg.flare.elcfs.payloads import AMPLITUDE_WINDOW, ELCFSTask, amplitude_bank_dxo, check_amplitude_payload
 from feddg.flare.executor import STATE_DIR
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
@@ -38,7 +38,7 @@ def exp(synthetic_root):
 
 def _windows(tmp_path, site, exp):
     fl_ctx, _ = make_context(tmp_path, site, exp)
-    return ELCFSExecutor().execute(FedDGTask.AMPLITUDE_SPECTRA, Shareable(), fl_ctx, Signal()), fl_ctx
+    return ELCFSExecutor().execute(ELCFSTask.AMPLITUDE_SPECTRA, Shareable(), fl_ctx, Signal()), fl_ctx
 
 
 def test_a_site_sends_its_training_images_amplitude_windows_only(tmp_path, exp):
@@ -58,11 +58,11 @@ def test_the_job_and_the_site_can_cap_the_contributed_images(tmp_path, exp):
     local = fl_ctx.get_engine().get_workspace().get_site_config_dir()
     with open(f"{local}/feddg_site.json", "w") as f:
         json.dump({"amplitude_bank_images": 1}, f)
-    result = ELCFSExecutor().execute(FedDGTask.AMPLITUDE_SPECTRA, Shareable(), fl_ctx, Signal())
+    result = ELCFSExecutor().execute(ELCFSTask.AMPLITUDE_SPECTRA, Shareable(), fl_ctx, Signal())
     assert from_shareable(result).data["amplitude_window"].shape[0] == 1  # the smaller cap wins
     with open(f"{local}/feddg_site.json", "w") as f:
         json.dump({"amplitude_bank_imgs": 2}, f)
-    result = ELCFSExecutor().execute(FedDGTask.AMPLITUDE_SPECTRA, Shareable(), fl_ctx, Signal())
+    result = ELCFSExecutor().execute(ELCFSTask.AMPLITUDE_SPECTRA, Shareable(), fl_ctx, Signal())
     assert result.get_return_code() == ReturnCode.EXECUTION_EXCEPTION  # a typo in the site file is an error
 
 
@@ -80,7 +80,7 @@ def _bank(**entries):
 def test_bank_is_stored_without_the_own_entry_and_bad_banks_are_refused(tmp_path, exp, caplog):
     fl_ctx, run_dir = make_context(tmp_path, "BIDMC", exp)
     w = np.ones((4, 1, 3, 3), np.float32)
-    ok = ELCFSExecutor().execute(FedDGTask.AMPLITUDE_BANK, _bank(BIDMC=w, BMC=w * 2, HK=w * 3), fl_ctx, Signal())
+    ok = ELCFSExecutor().execute(ELCFSTask.AMPLITUDE_BANK, _bank(BIDMC=w, BMC=w * 2, HK=w * 3), fl_ctx, Signal())
     assert ok.get_return_code() == ReturnCode.OK
     with np.load(run_dir / STATE_DIR / BANK_FILE) as f:
         assert sorted(f.files) == ["BMC", "HK"] and float(f["HK"].max()) == 3.0
@@ -94,7 +94,7 @@ def test_bank_is_stored_without_the_own_entry_and_bad_banks_are_refused(tmp_path
     for reason, bank in cases.items():
         with caplog.at_level(logging.ERROR):
             caplog.clear()
-            result = ELCFSExecutor().execute(FedDGTask.AMPLITUDE_BANK, bank, fl_ctx, Signal())
+            result = ELCFSExecutor().execute(ELCFSTask.AMPLITUDE_BANK, bank, fl_ctx, Signal())
         assert result.get_return_code() == ReturnCode.BAD_TASK_DATA, reason
         assert reason in caplog.text
 
@@ -113,7 +113,7 @@ def test_training_needs_the_bank_and_then_runs_episodic_steps(tmp_path, exp, cap
     assert result.get_return_code() == ReturnCode.EXECUTION_EXCEPTION
     assert "no amplitude bank in the workspace" in caplog.text
     bank = {s: from_shareable(_windows(tmp_path / s, s, exp)[0]).data["amplitude_window"] for s in ("BMC", "HK")}
-    assert ELCFSExecutor().execute(FedDGTask.AMPLITUDE_BANK, amplitude_bank_dxo(bank, (1, 1)).to_shareable(),
+    assert ELCFSExecutor().execute(ELCFSTask.AMPLITUDE_BANK, amplitude_bank_dxo(bank, (1, 1)).to_shareable(),
                                    fl_ctx, Signal()).get_return_code() == ReturnCode.OK
     result = ELCFSExecutor().execute(FedDGTask.TRAIN, _train_task(exp), fl_ctx, Signal())  # a fresh process
     assert result.get_return_code(ReturnCode.OK) == ReturnCode.OK
@@ -139,7 +139,7 @@ class _Federation:
             ctx.set_prop(FLContextKey.FILTER_DIRECTION, FilterKey.IN, private=True, sticky=False)
             data = guard.process(task.data, ctx)
             result = ELCFSExecutor().execute(task.name, data, ctx, Signal())
-            if task.name == FedDGTask.AMPLITUDE_SPECTRA and site in self.misbehave:
+            if task.name == ELCFSTask.AMPLITUDE_SPECTRA and site in self.misbehave:
                 result = self.misbehave[site](result)
             ctx.set_prop(FLContextKey.FILTER_DIRECTION, FilterKey.OUT, private=True, sticky=False)
             try:

@@ -13,7 +13,7 @@ from nvflare.apis.shareable import Shareable, make_reply
 
 from feddg.flare.constants import FedDGTask
 from feddg.flare.mla.filter import FeatureMatrixFilter
-from feddg.flare.mla.payloads import FEATURE_MATRIX, feature_matrix_dxo, feature_request_dxo
+from feddg.flare.mla.payloads import FEATURE_MATRIX, MLATask, feature_matrix_dxo, feature_request_dxo
 from feddg.methods.mla.encoders import build_feature_encoder, encode
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context
@@ -37,7 +37,7 @@ def ctx(tmp_path):
     return fl_ctx
 
 
-def _run(fl_ctx, shareable, task=FedDGTask.MLA_FEATURES, direction=FilterKey.OUT, **args):
+def _run(fl_ctx, shareable, task=MLATask.MLA_FEATURES, direction=FilterKey.OUT, **args):
     fl_ctx.set_prop(FLContextKey.TASK_NAME, task, private=True, sticky=False)
     fl_ctx.set_prop(FLContextKey.FILTER_DIRECTION, direction, private=True, sticky=False)
     return FeatureMatrixFilter(**{"max_width": WIDTH, **args}).process(shareable, fl_ctx)
@@ -85,7 +85,7 @@ ATTACKS = {
 def test_anything_else_is_blocked_with_a_log_line_naming_the_task(ctx, caplog, attack):
     with caplog.at_level(logging.ERROR), pytest.raises(ContentBlockedException):
         _run(ctx, ATTACKS[attack]())
-    assert f"task {FedDGTask.MLA_FEATURES}: blocked the result leaving the site" in caplog.text
+    assert f"task {MLATask.MLA_FEATURES}: blocked the result leaving the site" in caplog.text
 
 
 def test_the_reasons_are_named(ctx, caplog):
@@ -139,7 +139,7 @@ def test_other_tasks_incoming_data_and_error_replies_pass(ctx):
 
 
 def test_without_a_direction_the_filter_refuses_to_guess(ctx):
-    ctx.set_prop(FLContextKey.TASK_NAME, FedDGTask.MLA_FEATURES, private=True, sticky=False)
+    ctx.set_prop(FLContextKey.TASK_NAME, MLATask.MLA_FEATURES, private=True, sticky=False)
     with pytest.raises(ContentBlockedException, match="cannot tell"):
         FeatureMatrixFilter().process(_valid(), ctx)
 

@@ -25,7 +25,14 @@ from feddg.flare.mla.bundle import bundle_to_payload, load_bundle, save_bundle
 from feddg.flare.mla.executor import MLAExecutor
 from feddg.flare.mla.filter import FeatureMatrixFilter
 from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, LocalModelStore
-from feddg.flare.mla.payloads import FEATURE_MATRIX, check_feature_payload, feature_request_dxo, mla_bundle_dxo
+from feddg.flare.mla.payloads import (
+    FEATURE_MATRIX,
+    MLATask,
+    SHARE_LOCAL_MODEL,
+    check_feature_payload,
+    feature_request_dxo,
+    mla_bundle_dxo,
+)
 from feddg.flare.mla.workflow import MLAWorkflow
 from feddg.methods.mla.attention import train_domain_attention
 from feddg.methods.mla.encoders import build_feature_encoder, encode
@@ -67,17 +74,17 @@ def test_only_the_sites_own_file_opts_it_in(tmp_path, exp):
     fl_ctx, _ = make_context(tmp_path, "BIDMC", exp)
     result = MLAExecutor().execute(FedDGTask.TRAIN, _train_task(exp), fl_ctx, Signal())
     assert result.get_return_code(ReturnCode.OK) == ReturnCode.OK
-    assert FedDGMeta.SHARE_LOCAL_MODEL not in from_shareable(result).meta  # no file: not shared
+    assert SHARE_LOCAL_MODEL not in from_shareable(result).meta  # no file: not shared
     _site_file(fl_ctx, {"share_local_model": True})
     result = MLAExecutor().execute(FedDGTask.TRAIN, _train_task(exp), fl_ctx, Signal())
     meta = from_shareable(result).meta
-    assert meta[FedDGMeta.SHARE_LOCAL_MODEL] is True and meta[FedDGMeta.NUM_TRAIN_SAMPLES] > 0
+    assert meta[SHARE_LOCAL_MODEL] is True and meta[FedDGMeta.NUM_TRAIN_SAMPLES] > 0
     fl_ctx.set_prop(FLContextKey.TASK_NAME, FedDGTask.TRAIN, private=True, sticky=False)
     fl_ctx.set_prop(FLContextKey.FILTER_DIRECTION, FilterKey.OUT, private=True, sticky=False)
     assert SiteEgressFilter().process(result, fl_ctx) is result  # the site policy lets the flag out
     _site_file(fl_ctx, {"share_local_model": False})
     meta = from_shareable(MLAExecutor().execute(FedDGTask.TRAIN, _train_task(exp), fl_ctx, Signal())).meta
-    assert FedDGMeta.SHARE_LOCAL_MODEL not in meta
+    assert SHARE_LOCAL_MODEL not in meta
 
 
 def test_a_broken_site_file_stops_training_with_its_reason(tmp_path, exp, caplog):
@@ -98,13 +105,13 @@ def _request(exp, **kw):
 
 def test_a_site_sends_one_feature_vector_per_training_image_from_the_shared_encoder(tmp_path, exp):
     fl_ctx, _ = make_context(tmp_path, "BIDMC", exp)
-    result = MLAExecutor().execute(FedDGTask.MLA_FEATURES, _request(exp), fl_ctx, Signal())
+    result = MLAExecutor().execute(MLATask.MLA_FEATURES, _request(exp), fl_ctx, Signal())
     dxo = from_shareable(result)
     assert dxo.data_kind == FEATURE_MATRIX
     x = check_feature_payload(dxo, width=16, max_width=16)
     train = load_site(config_from_dict(exp).data, "BIDMC")["train"]
     np.testing.assert_array_equal(x, encode(build_feature_encoder(1, 3, width=4, depth=3), train.images))
-    capped = from_shareable(MLAExecutor().execute(FedDGTask.MLA_FEATURES, _request(exp, max_images=3), fl_ctx,
+    capped = from_shareable(MLAExecutor().execute(MLATask.MLA_FEATURES, _request(exp, max_images=3), fl_ctx,
                                                   Signal())).data["features"]
     assert capped.shape == (3, 16) and all(any(np.array_equal(r, row) for row in x) for r in capped)
 
@@ -112,22 +119,22 @@ def test_a_site_sends_one_feature_vector_per_training_image_from_the_shared_enco
 def test_the_global_encoder_request_carries_the_final_weights(tmp_path, exp):
     fl_ctx, _ = make_context(tmp_path, "BIDMC", exp)
     request = feature_request_dxo("global", None, weights=_weights(exp)).to_shareable()
-    x = from_shareable(MLAExecutor().execute(FedDGTask.MLA_FEATURES, request, fl_ctx, Signal())).data["features"]
+    x = from_shareable(MLAExecutor().execute(MLATask.MLA_FEATURES, request, fl_ctx, Signal())).data["features"]
     assert x.shape[1] == exp["model"]["features"][4] and np.isfinite(x).all()
 
 
 def test_bad_feature_requests_and_the_unseen_site_are_refused(tmp_path, exp, caplog):
     fl_ctx, _ = make_context(tmp_path / "a", "BIDMC", exp)
     with caplog.at_level(logging.ERROR):
-        result = MLAExecutor().execute(FedDGTask.MLA_FEATURES, _request(exp, in_channels=3), fl_ctx, Signal())
+        result = MLAExecutor().execute(MLATask.MLA_FEATURES, _request(exp, in_channels=3), fl_ctx, Signal())
     assert result.get_return_code() == ReturnCode.BAD_TASK_DATA and "takes 3 channel(s)" in caplog.text
     wrong = {k: v for k, v in _weights(exp).items() if "final_conv" not in k}
     request = feature_request_dxo("global", None, weights=wrong).to_shareable()
-    result = MLAExecutor().execute(FedDGTask.MLA_FEATURES, request, fl_ctx, Signal())
+    result = MLAExecutor().execute(MLATask.MLA_FEATURES, request, fl_ctx, Signal())
     assert result.get_return_code() == ReturnCode.BAD_TASK_DATA
     unseen, _ = make_context(tmp_path / "b", "RUNMC", exp)
     with caplog.at_level(logging.ERROR):
-        result = MLAExecutor().execute(FedDGTask.MLA_FEATURES, _request(exp), unseen, Signal())
+        result = MLAExecutor().execute(MLATask.MLA_FEATURES, _request(exp), unseen, Signal())
     assert result.get_return_code() == ReturnCode.EXECUTION_EXCEPTION and "unseen site" in caplog.text
 
 
@@ -146,7 +153,7 @@ def test_every_site_scores_the_combination_its_own_images_weight(tmp_path, exp, 
     task = mla_bundle_dxo(bundle_to_payload(bundle)).to_shareable()
     for site, source in (("RUNMC", "test"), ("BMC", "val")):
         fl_ctx, _ = make_context(tmp_path / site, site, exp)
-        dxo = from_shareable(MLAExecutor().execute(FedDGTask.MLA_EVALUATE, task, fl_ctx, Signal()))
+        dxo = from_shareable(MLAExecutor().execute(MLATask.MLA_EVALUATE, task, fl_ctx, Signal()))
         data = load_site(config_from_dict(exp).data, site)
         assert dxo.data_kind == DataKind.METRICS  # the splits the evaluate task scores
         assert sorted(dxo.data) == sorted(s for s in ("val", "test") if len(data[s]))
@@ -162,7 +169,7 @@ def test_a_broken_bundle_is_refused_with_the_reason(tmp_path, exp, bundle, caplo
     del payload["local_models"]["HK"]
     fl_ctx, _ = make_context(tmp_path, "RUNMC", exp)
     with caplog.at_level(logging.ERROR):
-        result = MLAExecutor().execute(FedDGTask.MLA_EVALUATE, mla_bundle_dxo(payload).to_shareable(), fl_ctx,
+        result = MLAExecutor().execute(MLATask.MLA_EVALUATE, mla_bundle_dxo(payload).to_shareable(), fl_ctx,
                                        Signal())
     assert result.get_return_code() == ReturnCode.BAD_TASK_DATA
     assert "refused the MLA bundle: MLA bundle payload: no local model for site 'HK'" in caplog.text
@@ -184,7 +191,7 @@ class _Federation:
             ctx = self.sites[site]
             ctx.set_prop(FLContextKey.TASK_NAME, task.name, private=True, sticky=False)
             result = MLAExecutor().execute(task.name, task.data, ctx, Signal())
-            if task.name == FedDGTask.MLA_FEATURES and site in self.misbehave:
+            if task.name == MLATask.MLA_FEATURES and site in self.misbehave:
                 result = self.misbehave[site](result)
             ctx.set_prop(FLContextKey.FILTER_DIRECTION, FilterKey.OUT, private=True, sticky=False)
             try:  # the site's own policy first (privacy.json), then the job's filter, as NVFlare runs them
@@ -235,7 +242,7 @@ def test_the_workflow_builds_the_bank_trains_the_attention_writes_the_bundle_and
     fed = _Federation(tmp_path, exp)
     wf, fl_ctx, run_dir = _server(tmp_path, exp, fed)
     wf.control_flow(Signal(), fl_ctx)
-    assert fed.targets == [(FedDGTask.MLA_FEATURES, TRAIN_SITES), (FedDGTask.MLA_EVALUATE, ALL_SITES)]
+    assert fed.targets == [(MLATask.MLA_FEATURES, TRAIN_SITES), (MLATask.MLA_EVALUATE, ALL_SITES)]
     bundle = load_bundle(run_dir / "mla_bundle")
     assert bundle.sites == TRAIN_SITES and bundle.attention.num_sites == 5
     store = LocalModelStore(run_dir / LOCAL_MODELS_DIR)
@@ -284,7 +291,7 @@ def test_a_site_that_did_not_opt_in_is_named_and_never_asked(tmp_path, exp, capl
         wf.control_flow(Signal(), fl_ctx)
     assert "MLA: site UCL did not opt in to share its local model; it is left out of MLA" in caplog.text
     assert '"share_local_model": true in its own local/feddg_site.json' in caplog.text
-    assert fed.targets[0] == (FedDGTask.MLA_FEATURES, ["BIDMC", "BMC", "HK", "I2CVB"])
+    assert fed.targets[0] == (MLATask.MLA_FEATURES, ["BIDMC", "BMC", "HK", "I2CVB"])
     assert load_bundle(run_dir / "mla_bundle").sites == ["BIDMC", "BMC", "HK", "I2CVB"]
     assert _report(run_dir)["mla"]["left_out"] == {"UCL": "did not opt in to share its local model"}
 
@@ -304,7 +311,7 @@ def test_fewer_than_two_usable_sites_skip_mla_and_keep_the_fedavg_report(tmp_pat
         wf.control_flow(Signal(), fl_ctx)
     assert wf.panics == [] and "MLA skipped" in caplog.text and "The job's FedAvg results stand" in caplog.text
     assert not (run_dir / "mla_bundle").exists()
-    assert all(name != FedDGTask.MLA_EVALUATE for name, _ in fed.targets)
+    assert all(name != MLATask.MLA_EVALUATE for name, _ in fed.targets)
     report = _report(run_dir)
     assert report["mla"]["skipped"] and "mla" not in report["models"] and "final" in report["models"]
     assert "MLA skipped" in capsys.readouterr().out

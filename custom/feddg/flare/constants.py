@@ -2,13 +2,11 @@
 
 
 class FedDGTask:
+    """The tasks every method has; a method's own tasks are named in its folder (``feddg.flare.<method>``)."""
+
     TRAIN = "train"  # global weights in, local weights + metadata out (training sites only)
     EVALUATE = "evaluate"  # a model in, metric summaries out (every site, the unseen one included)
     SITE_INFO = "site_info"  # at job start: nothing in, the site's feddg version and preprocessing hash out
-    AMPLITUDE_SPECTRA = "amplitude_spectra"  # ELCFS: nothing in, the site's amplitude windows out (training sites)
-    AMPLITUDE_BANK = "amplitude_bank"  # ELCFS: the distribution bank in, an acknowledgement out
-    MLA_FEATURES = "mla_features"  # MLA: the shared encoder in, the site's feature matrix out (training sites)
-    MLA_EVALUATE = "mla_evaluate"  # MLA: the bundle in, metrics of the attention-combined model out (every site)
 
 
 class FedDGMeta:
@@ -20,8 +18,6 @@ class FedDGMeta:
     TRAIN_LOSS = "train_loss"  # mean local training loss of this round
     GENERALIZATION_GAP = "generalization_gap"  # GA: val loss of the received global model minus that of the
     # site's own model from the end of the previous round (only when the job asks for it)
-    SHARE_LOCAL_MODEL = "share_local_model"  # MLA: True when the site's own local/feddg_site.json lets the server
-    # keep its final local model (absent otherwise); only the site can set it
     MODEL_NAME = "model_name"  # on evaluate tasks: "final" or "best"
     ROUND = "model_round"  # on evaluate tasks: the round that produced the model
 

@@ -295,8 +295,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             if not isinstance(result.metrics, dict) or not result.metrics:
                 self.error(f"evaluation of the {name} model: site {site} returned no metrics")
                 continue
-            role = "unseen" if site == cfg.data.unseen_site else "train"
-            evaluation["sites"][site] = {"role": role, "splits": result.metrics}
+            evaluation["sites"][site] = {"role": cfg.data.role(site), "splits": result.metrics}
         evaluation["missing_sites"] = sorted(set(sites) - set(evaluation["sites"]))
         if evaluation["missing_sites"]:
             self.error(f"evaluation of the {name} model: no metrics from {evaluation['missing_sites']}")

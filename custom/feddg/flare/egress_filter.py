@@ -100,9 +100,10 @@ class SiteEgressFilter(PayloadFilter):
         super().__init__(config_file)
         self.limits = egress_limits(**limits)
         self._networks: dict[str, dict[str, np.ndarray]] = {}
+        train_meta = registry.train_meta()
         self._contracts: dict[str, Check] = {
             FedDGTask.TRAIN: lambda dxo, cfg: check_train_result(dxo, self._network(cfg),
-                                                                 self.limits[MAX_PARAMETERS.name]),
+                                                                 self.limits[MAX_PARAMETERS.name], train_meta),
             FedDGTask.EVALUATE: lambda dxo, cfg: check_evaluate_result(dxo),
             FedDGTask.SITE_INFO: lambda dxo, cfg: check_site_info_result(dxo),
             **{task: self._bound(check) for task, check in registry.egress_checks().items()},

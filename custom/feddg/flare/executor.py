@@ -147,7 +147,7 @@ class FedDGExecutor(Executor):
             # Named before any training: the site answers with an error, the others go on.
             self.log_error(fl_ctx, f"site {fl_ctx.get_identity_name()} cannot start: {e}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
-        if handler.unseen_site_refuses and self._site == self._cfg.data.unseen_site:
+        if handler.unseen_site_refuses and self._cfg.data.role(self._site) == "unseen":
             self.log_error(fl_ctx, f"site {self._site} is the unseen site of this job: {handler.refusal}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
         if abort_signal.triggered:

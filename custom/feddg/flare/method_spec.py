@@ -76,6 +76,7 @@ class MethodPart:
     task_experiment: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # ... per task
     data_tasks: tuple[str, ...] | None = None  # the data tasks (prostate, fundus) it has jobs for; None: all
     egress: Mapping[str, EgressCheck] = field(default_factory=dict)  # task -> what may leave a site on it
+    train_meta: tuple[str, ...] = ()  # scalar meta keys its executor adds to a training result
     site_limits: tuple[SiteLimit, ...] = ()  # the limits its egress checks read
     simulated_site_config: Mapping[str, Any] = field(default_factory=dict)  # local/feddg_site.json settings that
     # `feddg simulate` writes for its sites, which are all the user's own (MLA: share the local model)

@@ -23,6 +23,7 @@ import numpy as np
 from nvflare.apis.dxo import DXO, DataKind, MetaKey
 from nvflare.apis.shareable import ReservedHeaderKey, Shareable
 
+
 from feddg.flare.constants import FedDGMeta
 from feddg.flare.updates import UpdateRejected, check_update
 
@@ -36,7 +37,7 @@ DEFAULT_MAX_PARAMETERS = 50_000_000  # a site's limit on the values of a model u
 
 # Scalars the results of the shared tasks may carry in their metadata.
 TRAIN_META = {FedDGMeta.NUM_TRAIN_SAMPLES, FedDGMeta.VAL_DICE, FedDGMeta.VAL_LOSS, FedDGMeta.TRAIN_LOSS,
-              FedDGMeta.GENERALIZATION_GAP, MetaKey.NUM_STEPS_CURRENT_ROUND, FedDGMeta.SHARE_LOCAL_MODEL}
+              FedDGMeta.GENERALIZATION_GAP, MetaKey.NUM_STEPS_CURRENT_ROUND}
 EVALUATE_META = {FedDGMeta.MODEL_NAME, FedDGMeta.ROUND}
 
 
@@ -113,11 +114,13 @@ def check_metrics_payload(dxo: DXO, max_values: int = 10_000, max_depth: int = 6
     walk(dxo.data, 0)
 
 
-def check_train_result(dxo: DXO | None, reference: Mapping[str, np.ndarray], max_parameters: int) -> None:
-    """The ``train`` result: the site's weights (or their difference) and scalar metadata."""
+def check_train_result(dxo: DXO | None, reference: Mapping[str, np.ndarray], max_parameters: int,
+                       method_meta: Iterable[str] = ()) -> None:
+    """The ``train`` result: the site's weights (or their difference) and scalar metadata under
+    :data:`TRAIN_META` and the keys the methods add (``method_meta``)."""
     dxo = required(dxo)
     check_weights_payload(dxo, reference, max_parameters)
-    check_scalar_meta(dxo, TRAIN_META)
+    check_scalar_meta(dxo, TRAIN_META | set(method_meta))
 
 
 def check_evaluate_result(dxo: DXO | None) -> None:

@@ -169,6 +169,11 @@ def egress_checks() -> dict[str, EgressCheck]:
     return {task: check for part in _parts() for task, check in part.egress.items()}
 
 
+def train_meta() -> set[str]:
+    """The scalar meta keys the methods' executors add to a training result (beyond the shared ones)."""
+    return {key for part in _parts() for key in part.train_meta}
+
+
 def site_limits() -> dict[str, SiteLimit]:
     """The limits the methods' egress checks read, by name."""
     return {limit.name: limit for part in _parts() for limit in part.site_limits}

@@ -24,8 +24,8 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 
-from feddg.flare.constants import CONFIG_FILE, FedDGTask
-from feddg.flare.elcfs.payloads import amplitude_bank_dxo, amplitude_half_widths, check_amplitude_payload
+from feddg.flare.constants import CONFIG_FILE
+from feddg.flare.elcfs.payloads import ELCFSTask, amplitude_bank_dxo, amplitude_half_widths, check_amplitude_payload
 from feddg.flare.payloads import PayloadRejected
 from feddg.flare.phase import ServerPhase
 
@@ -43,8 +43,8 @@ class AmplitudeExchange(ServerPhase):
     def __init__(
         self,
         config_file: str = CONFIG_FILE,
-        exchange_task_name: str = FedDGTask.AMPLITUDE_SPECTRA,
-        bank_task_name: str = FedDGTask.AMPLITUDE_BANK,
+        exchange_task_name: str = ELCFSTask.AMPLITUDE_SPECTRA,
+        bank_task_name: str = ELCFSTask.AMPLITUDE_BANK,
     ):
         super().__init__(config_file)
         self.exchange_task_name = exchange_task_name

@@ -26,8 +26,8 @@ from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable, make_reply
 
-from feddg.flare.constants import FedDGTask
-from feddg.flare.elcfs.payloads import amplitude_half_widths, amplitude_window_dxo, check_amplitude_bank
+
+from feddg.flare.elcfs.payloads import ELCFSTask, amplitude_half_widths, amplitude_window_dxo, check_amplitude_bank
 from feddg.flare.executor import FedDGExecutor, LocalTrainingError, TaskHandler
 from feddg.flare.payloads import PayloadRejected
 from feddg.flare.site_config import load_site_config
@@ -52,8 +52,8 @@ class ELCFSExecutor(FedDGExecutor):
 
     def __init__(
         self,
-        exchange_task_name: str = FedDGTask.AMPLITUDE_SPECTRA,
-        bank_task_name: str = FedDGTask.AMPLITUDE_BANK,
+        exchange_task_name: str = ELCFSTask.AMPLITUDE_SPECTRA,
+        bank_task_name: str = ELCFSTask.AMPLITUDE_BANK,
         **executor_args: Any,
     ):
         super().__init__(**executor_args)

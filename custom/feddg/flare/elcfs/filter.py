@@ -21,9 +21,10 @@ from __future__ import annotations
 from nvflare.apis.dxo import DXO
 
 from feddg.config import FedDGConfig
-from feddg.flare.constants import CONFIG_FILE, FedDGTask
+from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.elcfs.payloads import (
     DEFAULT_MAX_HALF_WIDTH,
+    ELCFSTask,
     amplitude_half_widths,
     check_amplitude_bank,
     check_amplitude_payload,
@@ -45,8 +46,8 @@ class AmplitudeWindowFilter(PayloadFilter):
     def __init__(
         self,
         config_file: str = CONFIG_FILE,
-        exchange_task_name: str = FedDGTask.AMPLITUDE_SPECTRA,
-        bank_task_name: str = FedDGTask.AMPLITUDE_BANK,
+        exchange_task_name: str = ELCFSTask.AMPLITUDE_SPECTRA,
+        bank_task_name: str = ELCFSTask.AMPLITUDE_BANK,
         max_half_width: int = DEFAULT_MAX_HALF_WIDTH,
         max_images: int | None = None,
     ):

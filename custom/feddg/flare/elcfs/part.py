@@ -13,8 +13,8 @@ from typing import Any
 from nvflare.apis.dxo import DXO
 
 from feddg.config import ELCFSConfig, FedDGConfig
-from feddg.flare.constants import CONFIG_FILE, FedDGTask
-from feddg.flare.elcfs.payloads import DEFAULT_MAX_HALF_WIDTH, check_amplitude_payload
+from feddg.flare.constants import CONFIG_FILE
+from feddg.flare.elcfs.payloads import DEFAULT_MAX_HALF_WIDTH, ELCFSTask, check_amplitude_payload
 from feddg.flare.method_spec import Component, MethodPart, SiteLimit, TaskFilter
 
 _GUARD = Component("feddg.flare.elcfs.filter.AmplitudeWindowFilter", {"config_file": CONFIG_FILE})
@@ -27,15 +27,15 @@ def egress_amplitude_windows(dxo: DXO, cfg: FedDGConfig, limits: Mapping[str, An
 
 PART = MethodPart(
     executor="feddg.flare.elcfs.executor.ELCFSExecutor",
-    tasks=(FedDGTask.AMPLITUDE_SPECTRA, FedDGTask.AMPLITUDE_BANK),
+    tasks=(ELCFSTask.AMPLITUDE_SPECTRA, ELCFSTask.AMPLITUDE_BANK),
     before_rounds=(Component("feddg.flare.elcfs.exchange.AmplitudeExchange", {"config_file": CONFIG_FILE},
                              id="amplitude_exchange"),),
-    result_filters=(TaskFilter((FedDGTask.AMPLITUDE_SPECTRA,), _GUARD),),
-    data_filters=(TaskFilter((FedDGTask.AMPLITUDE_BANK,), _GUARD),),
+    result_filters=(TaskFilter((ELCFSTask.AMPLITUDE_SPECTRA,), _GUARD),),
+    data_filters=(TaskFilter((ELCFSTask.AMPLITUDE_BANK,), _GUARD),),
     site_data_filters=(Component("feddg.flare.elcfs.filter.AmplitudeWindowFilter", {"max_half_width": None}),),
     experiment={"elcfs": {**ELCFSConfig().model_dump(), "contrast_denominator": "all"}},
     task_experiment={"prostate": {"elcfs": {"boundary_weight": 0.5}}, "fundus": {"elcfs": {"boundary_weight": 0.1}}},
-    egress={FedDGTask.AMPLITUDE_SPECTRA: egress_amplitude_windows},
+    egress={ELCFSTask.AMPLITUDE_SPECTRA: egress_amplitude_windows},
     site_limits=(
         SiteLimit("max_half_width", DEFAULT_MAX_HALF_WIDTH, "largest ELCFS amplitude window half-width that may "
                   f"leave or arrive (default {DEFAULT_MAX_HALF_WIDTH}: {2 * DEFAULT_MAX_HALF_WIDTH + 1} x "

@@ -22,6 +22,15 @@ from feddg.config import ConfigError, FedDGConfig
 from feddg.flare.payloads import PayloadRejected, check_declared_meta
 from feddg.methods.frequency import window_half_widths
 
+
+
+class ELCFSTask:
+    """The tasks of the amplitude exchange."""
+
+    AMPLITUDE_SPECTRA = "amplitude_spectra"  # nothing in, the site's amplitude windows out (training sites)
+    AMPLITUDE_BANK = "amplitude_bank"  # the distribution bank in, an acknowledgement out
+
+
 AMPLITUDE_WINDOW = "AMPLITUDE_WINDOW"
 AMPLITUDE_BANK = "AMPLITUDE_BANK"
 _WINDOW_KEY = "amplitude_window"

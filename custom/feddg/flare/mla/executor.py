@@ -30,10 +30,17 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable, make_reply
 from nvflare.apis.signal import Signal
 
-from feddg.flare.constants import FedDGMeta, FedDGTask
+from feddg.flare.constants import FedDGMeta
 from feddg.flare.executor import FedDGExecutor, TaskHandler
 from feddg.flare.mla.bundle import bundle_from_payload, evaluate_with_bundle
-from feddg.flare.mla.payloads import MLA_BUNDLE, check_feature_request, feature_matrix_dxo
+from feddg.flare.mla.payloads import (
+    MLATask,
+    MLA_BUNDLE,
+    SHARE_LOCAL_MODEL,
+    attention_weight_split,
+    check_feature_request,
+    feature_matrix_dxo,
+)
 from feddg.flare.payloads import PayloadRejected
 from feddg.flare.site_config import load_site_config
 from feddg.methods.mla.encoders import build_feature_encoder, encode, global_model_encoder
@@ -53,8 +60,8 @@ class MLAExecutor(FedDGExecutor):
 
     def __init__(
         self,
-        features_task_name: str = FedDGTask.MLA_FEATURES,
-        mla_evaluate_task_name: str = FedDGTask.MLA_EVALUATE,
+        features_task_name: str = MLATask.MLA_FEATURES,
+        mla_evaluate_task_name: str = MLATask.MLA_EVALUATE,
         **executor_args: Any,
     ):
         super().__init__(**executor_args)
@@ -77,7 +84,7 @@ class MLAExecutor(FedDGExecutor):
 
     # ------------------------------------------------------------------ train
     def _extra_train_meta(self, fl_ctx: FLContext) -> dict[str, Any]:
-        return {FedDGMeta.SHARE_LOCAL_MODEL: True} if self._share_local_model else {}
+        return {SHARE_LOCAL_MODEL: True} if self._share_local_model else {}
 
     # ------------------------------------------------------------------ feature bank
     def _send_features(self, dxo: DXO, fl_ctx: FLContext) -> Shareable:
@@ -133,9 +140,7 @@ class MLAExecutor(FedDGExecutor):
                                    f"{cfg.data.in_channels}")
             return make_reply(ReturnCode.BAD_TASK_DATA)
         splits = {name: self._data[name] for name in ("val", "test") if len(self._data[name])}
-        weight_split = "test" if site == cfg.data.unseen_site else "val"
-        if weight_split not in splits:
-            weight_split = next(iter(splits), None)
+        weight_split = attention_weight_split(cfg.data.role(site), splits)
         if weight_split is None:
             self.log_error(fl_ctx, f"site {site}: no validation or test images to evaluate the MLA model on")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)

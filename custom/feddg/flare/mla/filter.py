@@ -18,8 +18,8 @@ from __future__ import annotations
 from nvflare.apis.dxo import DXO
 
 from feddg.config import FedDGConfig, mla_feature_width
-from feddg.flare.constants import CONFIG_FILE, FedDGTask
-from feddg.flare.mla.payloads import DEFAULT_MAX_FEATURE_WIDTH, check_feature_payload
+from feddg.flare.constants import CONFIG_FILE
+from feddg.flare.mla.payloads import DEFAULT_MAX_FEATURE_WIDTH, MLATask, check_feature_payload
 from feddg.flare.payload_filter import Check, PayloadFilter
 
 
@@ -36,7 +36,7 @@ class FeatureMatrixFilter(PayloadFilter):
     def __init__(
         self,
         config_file: str = CONFIG_FILE,
-        task_name: str = FedDGTask.MLA_FEATURES,
+        task_name: str = MLATask.MLA_FEATURES,
         max_width: int = DEFAULT_MAX_FEATURE_WIDTH,
         max_rows: int | None = None,
     ):

@@ -3,7 +3,7 @@
 MLA (MLA-BIN, Eq. 4) combines the sites' *local* models l_i, which plain FedAvg never keeps. A site lets the server
 keep its final local model by setting ``"share_local_model": true`` in its own ``local/feddg_site.json``
 (:mod:`feddg.flare.site_config`); its executor then flags the training result
-(:attr:`feddg.flare.constants.FedDGMeta.SHARE_LOCAL_MODEL`), and
+(:attr:`feddg.flare.constants.SHARE_LOCAL_MODEL`), and
 :class:`LocalModelKeeper`, which :class:`feddg.flare.controller.LeaveOneSiteOutFedAvg` hands the final round's results,
 stores the flagged updates here as soon as each arrives. :class:`feddg.flare.mla.workflow.MLAWorkflow` reads them after training.
 
@@ -37,6 +37,7 @@ from feddg.flare.constants import FedDGMeta
 from feddg.flare.controller import cast_like
 from feddg.flare.updates import UpdateRejected, check_update
 from feddg.jsonfile import read_json, write_json
+from feddg.flare.mla.payloads import SHARE_LOCAL_MODEL
 
 LOCAL_MODELS_DIR = "mla_local_models"
 INDEX_FILE = "index.json"
@@ -157,7 +158,7 @@ class LocalModelKeeper(FLComponent):
 
     def receive(self, result: FLModel, sent: Mapping[str, Any], round_: int) -> None:
         site = (result.meta or {}).get("client_name", "?")
-        if (result.meta or {}).get(FedDGMeta.SHARE_LOCAL_MODEL) is not True:
+        if (result.meta or {}).get(SHARE_LOCAL_MODEL) is not True:
             self.store.decline(site)
             self.logger.info(f"round {round_}: site {site} did not opt in to share its local model, so the server "
                              f"does not keep it and MLA will leave {site} out ({OPT_IN_HINT})")

@@ -12,9 +12,15 @@ from typing import Any
 from nvflare.apis.dxo import DXO
 
 from feddg.config import FedDGConfig, MLAConfig
-from feddg.flare.constants import CONFIG_FILE, FedDGTask
+from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.method_spec import Component, MethodPart, SiteLimit, TaskFilter
-from feddg.flare.mla.payloads import DEFAULT_MAX_FEATURE_WIDTH, check_feature_payload, check_mla_evaluate_result
+from feddg.flare.mla.payloads import (
+    DEFAULT_MAX_FEATURE_WIDTH,
+    SHARE_LOCAL_MODEL,
+    MLATask,
+    check_feature_payload,
+    check_mla_evaluate_result,
+)
 
 KEEPER_ID = "local_model_keeper"
 
@@ -30,20 +36,21 @@ def egress_mla_evaluation(dxo: DXO, cfg: FedDGConfig, limits: Mapping[str, Any])
 
 PART = MethodPart(
     executor="feddg.flare.mla.executor.MLAExecutor",
-    tasks=(FedDGTask.MLA_FEATURES, FedDGTask.MLA_EVALUATE),
+    tasks=(MLATask.MLA_FEATURES, MLATask.MLA_EVALUATE),
     server_components=(Component("feddg.flare.mla.local_models.LocalModelKeeper", {}, id=KEEPER_ID),),
     round_args={"final_round_receiver_id": KEEPER_ID},
     after_rounds=(Component("feddg.flare.mla.workflow.MLAWorkflow",
                             {"config_file": CONFIG_FILE, "persistor_id": "persistor",
                              "report_file": "feddg_report.json"}, id="mla"),),
-    result_filters=(TaskFilter((FedDGTask.MLA_FEATURES,),
+    result_filters=(TaskFilter((MLATask.MLA_FEATURES,),
                                Component("feddg.flare.mla.filter.FeatureMatrixFilter", {"config_file": CONFIG_FILE})),),
     experiment={"mla": MLAConfig().model_dump()},
-    egress={FedDGTask.MLA_FEATURES: egress_feature_matrix, FedDGTask.MLA_EVALUATE: egress_mla_evaluation},
+    egress={MLATask.MLA_FEATURES: egress_feature_matrix, MLATask.MLA_EVALUATE: egress_mla_evaluation},
     site_limits=(
         SiteLimit("max_feature_width", DEFAULT_MAX_FEATURE_WIDTH,
                   f"most MLA feature values per image (default {DEFAULT_MAX_FEATURE_WIDTH})"),
         SiteLimit("max_feature_rows", None, "most images whose MLA feature vectors may leave (default: no cap)"),
     ),
-    simulated_site_config={"share_local_model": True},
+    train_meta=(SHARE_LOCAL_MODEL,),
+    simulated_site_config={SHARE_LOCAL_MODEL: True},
 )

@@ -18,7 +18,7 @@ workflow alike).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -28,6 +28,18 @@ from feddg.flare.payloads import (EVALUATE_META, NVFLARE_META, PayloadRejected, 
                                   check_metrics_payload, check_scalar_meta, required)
 from feddg.methods.mla.features import check_feature_matrix
 
+
+
+class MLATask:
+    """The tasks of MLA after the rounds."""
+
+    MLA_FEATURES = "mla_features"  # the shared encoder in, the site's feature matrix out (training sites)
+    MLA_EVALUATE = "mla_evaluate"  # the bundle in, metrics of the attention-combined model out (every site)
+
+
+# Meta key of a training result: True when the site's own local/feddg_site.json lets the server keep its final local
+# model (absent otherwise); only the site can set it.
+SHARE_LOCAL_MODEL = "share_local_model"
 MLA_ENCODER = "MLA_ENCODER"
 MLA_BUNDLE = "MLA_BUNDLE"
 FEATURE_MATRIX = "FEATURE_MATRIX"
@@ -154,3 +166,14 @@ def check_mla_evaluate_result(dxo: DXO | None) -> None:
     dxo = required(dxo)
     check_metrics_payload(dxo)
     check_scalar_meta(dxo, MLA_EVALUATE_META, max_list=64)
+
+
+def attention_weight_split(role: str, splits: Iterable[str]) -> str | None:
+    """The split whose images give a site its attention weights D^w in the ``mla_evaluate`` task, among the
+    ``splits`` it has: ``test`` at the held-out site, ``val`` at a training site, else the first it has (None:
+    none). The site chooses it and the server reports it from the same rule; the result's meta carries only the
+    weights."""
+    splits = list(splits)
+    wanted = "test" if role == "unseen" else "val"
+    return wanted if wanted in splits else next(iter(splits), None)
+

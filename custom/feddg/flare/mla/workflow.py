@@ -50,12 +50,18 @@ from nvflare.app_common.abstract.model import ModelLearnableKey
 from nvflare.app_common.app_constant import AppConstants, DefaultCheckpointFileName
 
 from feddg.config import FedDGConfig, mla_feature_width
-from feddg.flare.constants import CONFIG_FILE, FedDGTask
+from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.controller import stream_rows
 from feddg.flare.mla.bundle import bundle_to_payload, load_bundle, save_bundle
 from feddg.flare.mla.executor import MLA_MODEL_NAME
-from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, OPT_IN_HINT, LocalModelStore
-from feddg.flare.mla.payloads import check_feature_payload, feature_request_dxo, mla_bundle_dxo
+from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, LocalModelStore, OPT_IN_HINT
+from feddg.flare.mla.payloads import (
+    MLATask,
+    attention_weight_split,
+    check_feature_payload,
+    feature_request_dxo,
+    mla_bundle_dxo,
+)
 from feddg.flare.payloads import PayloadRejected
 from feddg.flare.phase import ServerPhase
 from feddg.jsonfile import read_json
@@ -83,8 +89,8 @@ class MLAWorkflow(ServerPhase):
     def __init__(
         self,
         config_file: str = CONFIG_FILE,
-        features_task_name: str = FedDGTask.MLA_FEATURES,
-        evaluate_task_name: str = FedDGTask.MLA_EVALUATE,
+        features_task_name: str = MLATask.MLA_FEATURES,
+        evaluate_task_name: str = MLATask.MLA_EVALUATE,
         persistor_id: str = AppConstants.DEFAULT_PERSISTOR_ID,
         bundle_dir: str = BUNDLE_DIR,
         report_file: str = "feddg_report.json",
@@ -196,9 +202,8 @@ class MLAWorkflow(ServerPhase):
             if problem:
                 self.log_error(fl_ctx, f"MLA: evaluation at site {site}: {problem}")
                 continue
-            role = "unseen" if site == cfg.data.unseen_site else "train"
-            evaluation["sites"][site] = {"role": role, "splits": metrics}
-            source = "test" if role == "unseen" or "val" not in metrics else "val"  # as the executor chooses
+            evaluation["sites"][site] = {"role": cfg.data.role(site), "splits": metrics}
+            source = attention_weight_split(cfg.data.role(site), metrics)
             weights[site] = {"weights": meta.get("attention_weights"), "from": source,
                              "n_images": (metrics.get(source) or {}).get("n_images"), "mode": m.attention_mode}
         evaluation["missing_sites"] = sorted(set(sites) - set(evaluation["sites"]))
