@@ -171,7 +171,7 @@ def test_prostate_mlabin_keeps_local_models_builds_the_bundle_and_scores_mla(tmp
     sites = ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"]
     report = check_run(result, ws, sites, "RUNMC", ["prostate"], 1)
     train_sites = [s for s in sites if s != "RUNMC"]
-    assert "opts them in (share_local_model: true)" in result.stdout
+    assert "this job asks the sites' own settings {'share_local_model': True}" in result.stdout
     run = ws / "server" / "simulate_job"
     assert sorted(json.loads((run / "mla_local_models" / "index.json").read_text())["sites"]) == train_sites
     bundle = load_bundle(run / "mla_bundle")

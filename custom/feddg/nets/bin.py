@@ -41,6 +41,8 @@ are still part of the state dict that FedAvg and MLA average.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -83,18 +85,12 @@ class BINBlock(nn.Sequential):
     Shapes: (B, in_channels, H, W) -> (B, out_channels, H, W).
     """
 
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        dropout: float = 0.0,
-        bias: bool = True,
-        in_affine: bool = False,
-        spatial_dims: int = 2,
-    ):
+    def __init__(self, in_channels: int, out_channels: int, **options: Any):
+        """``options``: the keyword arguments of :class:`BINSub` (``dropout``, ``bias``, ``in_affine``,
+        ``spatial_dims``), the same for both sub-blocks."""
         super().__init__()
-        self.add_module("conv_0", BINSub(in_channels, out_channels, dropout, bias, in_affine, spatial_dims))
-        self.add_module("conv_1", BINSub(out_channels, out_channels, dropout, bias, in_affine, spatial_dims))
+        self.add_module("conv_0", BINSub(in_channels, out_channels, **options))
+        self.add_module("conv_1", BINSub(out_channels, out_channels, **options))
 
     @torch.no_grad()
     def copy_conv_weights_from(self, two_conv: nn.Module) -> None:
