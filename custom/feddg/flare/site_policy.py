@@ -110,8 +110,10 @@ def client_privacy(limits: Mapping[str, int | None] | None = None) -> dict[str, 
             "name": PRIVACY_SCOPE,
             "properties": {},
             "task_result_filters": [{"path": EGRESS_FILTER, "args": values}],
-            "task_data_filters": [{"path": c.path, "args": {k: values[k] if v is None else v for k, v in c.args.items()}}
-                                  for c in registry.site_data_filters()],
+            "task_data_filters": [
+                {"path": c.path, "args": {k: values[k] if v is None else v for k, v in c.args.items()}}
+                for c in registry.site_data_filters()
+            ],
         }],
         "default_scope": PRIVACY_SCOPE,
     }

@@ -40,6 +40,7 @@ PART = MethodPart(
         SiteLimit("max_half_width", DEFAULT_MAX_HALF_WIDTH, "largest ELCFS amplitude window half-width that may "
                   f"leave or arrive (default {DEFAULT_MAX_HALF_WIDTH}: {2 * DEFAULT_MAX_HALF_WIDTH + 1} x "
                   f"{2 * DEFAULT_MAX_HALF_WIDTH + 1} values per channel)"),
-        SiteLimit("max_amplitude_images", None, "most images whose ELCFS amplitude windows may leave (default: no cap)"),
+        SiteLimit("max_amplitude_images", None,
+                  "most images whose ELCFS amplitude windows may leave (default: no cap)"),
     ),
 )

@@ -3,9 +3,10 @@
 MLA (MLA-BIN, Eq. 4) combines the sites' *local* models l_i, which plain FedAvg never keeps. A site lets the server
 keep its final local model by setting ``"share_local_model": true`` in its own ``local/feddg_site.json``
 (:mod:`feddg.flare.site_config`); its executor then flags the training result
-(:attr:`feddg.flare.constants.SHARE_LOCAL_MODEL`), and
-:class:`LocalModelKeeper`, which :class:`feddg.flare.controller.LeaveOneSiteOutFedAvg` hands the final round's results,
-stores the flagged updates here as soon as each arrives. :class:`feddg.flare.mla.workflow.MLAWorkflow` reads them after training.
+(:data:`feddg.flare.mla.payloads.SHARE_LOCAL_MODEL`), and
+:class:`LocalModelKeeper`, which :class:`feddg.flare.controller.LeaveOneSiteOutFedAvg` hands the final round's
+results, stores the flagged updates here as soon as each arrives. :class:`feddg.flare.mla.workflow.MLAWorkflow` reads
+them after training.
 
     <server run folder>/mla_local_models/
       index.json       which site is in which file, the round, the site's training-set size; the sites whose

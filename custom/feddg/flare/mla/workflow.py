@@ -21,8 +21,8 @@ local model of every training site that opted in):
    encoder, DAM; :func:`feddg.flare.mla.bundle.save_bundle`) is written to ``<run folder>/mla_bundle/``, which
    ``nvflare job download`` and the simulator workspace contain.
 5. ``mla_evaluate`` to every site, the unseen one included. Task data (DXO ``MLA_BUNDLE``): the bundle's payload
-   form (:func:`feddg.flare.mla.bundle.bundle_to_payload`). Each site weights the local models by the DAM's output on its
-   own evaluation images (Eq. 4) and scores the combination; the server adds the model ``"mla"`` to
+   form (:func:`feddg.flare.mla.bundle.bundle_to_payload`). Each site weights the local models by the DAM's output
+   on its own evaluation images (Eq. 4) and scores the combination; the server adds the model ``"mla"`` to
    ``feddg_report.json`` (``models["mla"]``, table rows after final / best, and an ``mla`` section with the
    attention weights per site, the DAM's accuracy and the sites that took part) and prints the table, with the
    unseen site's final / best / MLA metrics side by side.
@@ -105,14 +105,43 @@ class MLAWorkflow(ServerPhase):
     # ------------------------------------------------------------------ the workflow
     def control_flow(self, abort_signal: Signal, fl_ctx: FLContext) -> None:
         started = time.time()
-        cfg = self._cfg
+        cfg = self.cfg
         run_dir = fl_ctx.get_engine().get_workspace().get_run_dir(fl_ctx.get_job_id())
         summary: dict[str, Any] = {"encoder": cfg.mla.encoder, "attention_mode": cfg.mla.attention_mode,
                                    "sites": [], "left_out": {}, "skipped": None}
-        left_out = summary["left_out"]
-
-        # 1. the sites whose final local model the server kept
         store = LocalModelStore(os.path.join(run_dir, LOCAL_MODELS_DIR))
+        kept = self._kept_sites(store, summary["left_out"], fl_ctx)
+        if len(kept) < 2:
+            self._skip(fl_ctx, run_dir, summary, f"MLA needs the local models of at least two training sites; the "
+                                                  f"server kept {kept or 'none'}")
+            return
+        request, encoder = self._encoder(fl_ctx)
+        if request is None:
+            self._skip(fl_ctx, run_dir, summary, encoder)
+            return
+        bank = self._feature_bank(kept, request, summary["left_out"], abort_signal, fl_ctx)
+        if abort_signal.triggered:
+            return
+        if len(bank) < 2:
+            self._skip(fl_ctx, run_dir, summary, f"MLA needs at least two sites with a kept local model and feature "
+                                                  f"vectors; only {list(bank) or 'none'} qualify")
+            return
+        attention, order = self._attention(bank, summary, fl_ctx)
+        path = save_bundle(os.path.join(run_dir, self.bundle_dir), {s: store.load(s) for s in order}, encoder,
+                           attention, cfg, site_order=order, attention_mode=cfg.mla.attention_mode, overwrite=True)
+        summary["bundle"] = str(path)
+        self.log_info(fl_ctx, f"MLA: wrote the MLA bundle to {path}")
+        bundle = load_bundle(path)  # what a hospital will load, checked
+        evaluation = self._evaluate_everywhere(bundle, summary, abort_signal, fl_ctx)
+        if evaluation is None:
+            return
+        summary["wall_time_s"] = round(time.time() - started, 1)
+        self._report(fl_ctx, run_dir, summary, evaluation)
+
+    # ------------------------------------------------------------------ steps
+    def _kept_sites(self, store: LocalModelStore, left_out: dict[str, str], fl_ctx: FLContext) -> list[str]:
+        """Step 1: the training sites whose final local model the server kept; the others named in ``left_out``."""
+        cfg = self.cfg
         kept = [s for s in cfg.data.train_sites if s in set(store.sites())]
         declined = set(store.declined())
         for site in cfg.data.train_sites:
@@ -127,23 +156,18 @@ class MLAWorkflow(ServerPhase):
                 self.log_warning(fl_ctx, f"MLA: the server kept no final-round local model of site {site} (no "
                                          f"usable final update, or the job does not keep local models); it is left "
                                          f"out of MLA ({OPT_IN_HINT} if it has not)")
-        if len(kept) < 2:
-            self._skip(fl_ctx, run_dir, summary, f"MLA needs the local models of at least two training sites; the "
-                                                  f"server kept {kept or 'none'}")
-            return
+        return kept
 
-        # 2. the feature bank
-        request, encoder = self._encoder(fl_ctx)
-        if request is None:
-            self._skip(fl_ctx, run_dir, summary, encoder)
-            return
+    def _feature_bank(self, kept: list[str], request, left_out: dict[str, str], abort_signal: Signal,
+                      fl_ctx: FLContext) -> dict[str, np.ndarray]:
+        """Step 2: site -> its checked feature matrix, from the kept sites that sent one; the others named in
+        ``left_out``."""
+        cfg = self.cfg
         width = mla_feature_width(cfg)
         self.log_info(fl_ctx, f"MLA: asking {kept} for the feature vectors of their training images ({width} values "
                               f"each, {cfg.mla.encoder} encoder)")
         ask = Task(name=self.features_task_name, data=request.to_shareable(), timeout=cfg.mla.features_timeout)
         self.broadcast_and_wait(ask, fl_ctx, targets=kept, min_responses=len(kept), abort_signal=abort_signal)
-        if abort_signal.triggered:
-            return
         bank: dict[str, np.ndarray] = {}
         answered = {}
         for client_task in ask.client_tasks:
@@ -158,16 +182,14 @@ class MLAWorkflow(ServerPhase):
             left_out[site] = f"sent no feature vectors ({reason})"
             self.log_warning(fl_ctx, f"MLA: site {site} sent no feature vectors ({reason}); it is left out of the "
                                      f"domain attention module and its local model out of the combination")
-        usable = [s for s in kept if s in bank]
-        if len(usable) < 2:
-            self._skip(fl_ctx, run_dir, summary, f"MLA needs at least two sites with a kept local model and feature "
-                                                  f"vectors; only {usable or 'none'} qualify")
-            return
+        return {s: bank[s] for s in kept if s in bank}
 
-        # 3. the domain attention module
-        m = cfg.mla
+    def _attention(self, bank: dict[str, np.ndarray], summary: dict[str, Any], fl_ctx: FLContext):
+        """Step 3: the domain attention module trained on the bank; (module, site order). Its accuracy goes to the
+        log and ``summary``."""
+        m = self.cfg.mla
         attention, order, accuracy = train_domain_attention(
-            {s: bank[s] for s in usable}, epochs=m.attention_epochs, lr=m.attention_lr, seed=m.attention_seed,
+            bank, epochs=m.attention_epochs, lr=m.attention_lr, seed=m.attention_seed,
             batch_size=m.attention_batch_size, conv_channels=m.attention_conv_channels, hidden=m.attention_hidden,
         )
         site_accuracy = _site_accuracy(attention, bank, order)
@@ -176,24 +198,21 @@ class MLAWorkflow(ServerPhase):
                               f"vectors of {order} ({m.attention_epochs} epochs); accuracy on the bank "
                               f"{accuracy:.3f} (per site: {per_site})")
         summary.update(sites=order, attention_accuracy=accuracy, attention_site_accuracy=site_accuracy,
-                       feature_images={s: int(len(bank[s])) for s in order}, feature_width=width)
+                       feature_images={s: int(len(bank[s])) for s in order}, feature_width=mla_feature_width(self.cfg))
+        return attention, order
 
-        # 4. the bundle
-        local_states = {s: store.load(s) for s in order}
-        path = save_bundle(os.path.join(run_dir, self.bundle_dir), local_states, encoder, attention, cfg,
-                           site_order=order, attention_mode=m.attention_mode, overwrite=True)
-        bundle = load_bundle(path)  # what a hospital will load, checked
-        summary["bundle"] = str(path)
-        self.log_info(fl_ctx, f"MLA: wrote the MLA bundle to {path}")
-
-        # 5. evaluation at every site
+    def _evaluate_everywhere(self, bundle, summary: dict[str, Any], abort_signal: Signal,
+                             fl_ctx: FLContext) -> dict[str, Any] | None:
+        """Step 5: the attention-combined model scored at every site; the evaluation in the report's form (None
+        when aborted). The sites' attention weights go to ``summary``."""
+        cfg = self.cfg
         sites = list(cfg.data.sites)
         self.log_info(fl_ctx, f"MLA: evaluating the attention-combined model at {sites}")
         evaluate = Task(name=self.evaluate_task_name, data=mla_bundle_dxo(bundle_to_payload(bundle)).to_shareable(),
                         timeout=cfg.mla.eval_timeout)
         self.broadcast_and_wait(evaluate, fl_ctx, targets=sites, min_responses=len(sites), abort_signal=abort_signal)
         if abort_signal.triggered:
-            return
+            return None
         evaluation: dict[str, Any] = {"rounds_trained": cfg.train.rounds, "sites": {}, "missing_sites": []}
         weights: dict[str, Any] = {}
         for client_task in evaluate.client_tasks:
@@ -205,13 +224,12 @@ class MLAWorkflow(ServerPhase):
             evaluation["sites"][site] = {"role": cfg.data.role(site), "splits": metrics}
             source = attention_weight_split(cfg.data.role(site), metrics)
             weights[site] = {"weights": meta.get("attention_weights"), "from": source,
-                             "n_images": (metrics.get(source) or {}).get("n_images"), "mode": m.attention_mode}
+                             "n_images": (metrics.get(source) or {}).get("n_images"), "mode": cfg.mla.attention_mode}
         evaluation["missing_sites"] = sorted(set(sites) - set(evaluation["sites"]))
         if evaluation["missing_sites"]:
             self.log_error(fl_ctx, f"MLA: no metrics of the combined model from {evaluation['missing_sites']}")
         summary["attention_weights"] = weights
-        summary["wall_time_s"] = round(time.time() - started, 1)
-        self._report(fl_ctx, run_dir, summary, evaluation)
+        return evaluation
 
     # ------------------------------------------------------------------ parts
     def _encoder(self, fl_ctx: FLContext):
