@@ -1,9 +1,9 @@
 """The site's guard on the ELCFS amplitude exchange: an NVFlare Filter.
 
 On the way out (task result chain) it lets the ``amplitude_spectra`` result leave only if it is exactly the
-amplitude-window payload of :mod:`feddg.flare.payloads`: the (2 b_h + 1) x (2 b_w + 1) window per channel that the
-job's ``feddg.yaml`` implies (:func:`feddg.flare.payloads.amplitude_half_widths`, read at run time, so that editing
-``data.image_size`` or ``elcfs.alpha`` in a generated job cannot make the filter stale), floats, finite,
+amplitude-window payload of :mod:`feddg.flare.elcfs.payloads`: the (2 b_h + 1) x (2 b_w + 1) window per channel
+that the job's ``feddg.yaml`` implies (:func:`~feddg.flare.elcfs.payloads.amplitude_half_widths`, read at run time, so
+that editing ``data.image_size`` or ``elcfs.alpha`` in a generated job cannot make the filter stale), floats, finite,
 non-negative, at most ``elcfs.bank_images`` images (and at most ``max_images``), nothing else in the DXO, its meta
 or the Shareable. A raw image, a phase, a full spectrum or an extra key is blocked: the filter logs the task and the
 reason and raises :class:`~nvflare.apis.filter.ContentBlockedException`, so NVFlare sends the server an error reply

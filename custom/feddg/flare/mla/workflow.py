@@ -13,7 +13,7 @@ local model of every training site that opted in):
    ``mla.encoder: global`` the final global model's weights (read through the persistor's ``FL_global_model.pt``,
    the model the FedAvg workflow saved last). Result (DXO ``FEATURE_MATRIX``, guarded at the site by
    :class:`feddg.flare.mla.filter.FeatureMatrixFilter`): a float32 (images x features) matrix and its count.
-3. The server checks each matrix (:func:`feddg.flare.payloads.check_feature_payload`). A site that sent no valid
+3. The server checks each matrix (:func:`feddg.flare.mla.payloads.check_feature_payload`). A site that sent no valid
    features is left out of the DAM with a warning, and its local model out of the combination. With fewer than
    two usable sites MLA is skipped with a message that says why; the job still succeeds with its FedAvg results.
 4. The DAM is trained on the bank (:func:`feddg.methods.mla.attention.train_domain_attention`, ``mla.attention_*``); its
