@@ -6,9 +6,10 @@ List it in ``workflows`` before :class:`feddg.flare.controller.LeaveOneSiteOutFe
    ``AMPLITUDE_WINDOW``): the centred low-frequency amplitude window of each contributed training image,
    (N, C, 2 b_h + 1, 2 b_w + 1) floats; never a phase, never a full spectrum.
 2. The server checks each result against the job's window
-   (:func:`feddg.flare.elcfs.payloads.check_amplitude_payload`) and builds the distribution bank A = [A^1, ..., A^K] of the sites that answered with valid windows. A site that
-   sent nothing valid is left out with a warning. With fewer than two sites in the bank ELCFS cannot transfer any
-   distribution, and the job stops here with a message that says so.
+   (:func:`feddg.flare.elcfs.payloads.check_amplitude_payload`) and builds the distribution bank A = [A^1, ..., A^K]
+   of the sites that answered with valid windows. A site that sent nothing valid is left out with a warning. With
+   fewer than two sites in the bank ELCFS cannot transfer any distribution, and the job stops here with a message
+   that says so.
 3. ``amplitude_bank`` to every training site. Task data (DXO ``AMPLITUDE_BANK``): {site: windows}. Each site keeps
    the other sites' entries in its workspace (:class:`feddg.flare.elcfs.executor.ELCFSExecutor`) and acknowledges.
 
