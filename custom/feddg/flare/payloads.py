@@ -41,6 +41,12 @@ TRAIN_META = {FedDGMeta.NUM_TRAIN_SAMPLES, FedDGMeta.VAL_DICE, FedDGMeta.VAL_LOS
 EVALUATE_META = {FedDGMeta.MODEL_NAME, FedDGMeta.ROUND}
 
 
+def smallest_cap(*caps: int | None) -> int | None:
+    """The tightest of the caps a job and a site set on a payload (None: no cap set)."""
+    given = [c for c in caps if c is not None]
+    return min(given) if given else None
+
+
 class PayloadRejected(ValueError):
     """A payload is not what the task may carry; the message says why (never the values)."""
 

@@ -29,7 +29,7 @@ from nvflare.apis.shareable import Shareable, make_reply
 
 from feddg.flare.elcfs.payloads import ELCFSTask, amplitude_half_widths, amplitude_window_dxo, check_amplitude_bank
 from feddg.flare.executor import FedDGExecutor, LocalTrainingError, TaskHandler
-from feddg.flare.payloads import PayloadRejected
+from feddg.flare.payloads import PayloadRejected, smallest_cap
 from feddg.flare.site_config import load_site_config
 from feddg.methods.boundary import boundary_loss
 from feddg.methods.episodic import train_episodic
@@ -68,13 +68,12 @@ class ELCFSExecutor(FedDGExecutor):
     # ------------------------------------------------------------------ the exchange
     def _send_windows(self, fl_ctx: FLContext) -> Shareable:
         train = self._data["train"]
-        caps = [c for c in (self._cfg.elcfs.bank_images, load_site_config(fl_ctx).amplitude_bank_images)
-                if c is not None]
+        cap = smallest_cap(self._cfg.elcfs.bank_images, load_site_config(fl_ctx).amplitude_bank_images)
         n = len(train)
         rows = np.arange(n)
-        if caps and min(caps) < n:
+        if cap is not None and cap < n:
             rng = np.random.default_rng(round_seed(self._cfg.train.seed, self._site, 0))
-            rows = np.sort(rng.choice(n, size=min(caps), replace=False))
+            rows = np.sort(rng.choice(n, size=cap, replace=False))
         hw = amplitude_half_widths(self._cfg)
         windows = amplitude_window(train.images[rows], hw)
         size = tuple(train.images.shape[-2:])

@@ -30,6 +30,7 @@ from feddg.flare.elcfs.payloads import (
     check_amplitude_payload,
 )
 from feddg.flare.payload_filter import Check, PayloadFilter
+from feddg.flare.payloads import smallest_cap
 
 
 class AmplitudeWindowFilter(PayloadFilter):
@@ -65,9 +66,8 @@ class AmplitudeWindowFilter(PayloadFilter):
         return None
 
     def _check_windows(self, dxo: DXO | None, cfg: FedDGConfig) -> str:
-        caps = [c for c in (cfg.elcfs.bank_images, self.max_images) if c is not None]
         windows = check_amplitude_payload(dxo, amplitude_half_widths(cfg), self.max_half_width,
-                                          min(caps) if caps else None)
+                                          smallest_cap(cfg.elcfs.bank_images, self.max_images))
         return f"letting out {windows.shape[0]} amplitude windows of {windows.shape[1:]} values"
 
     def _check_bank(self, dxo: DXO | None, cfg: FedDGConfig) -> None:

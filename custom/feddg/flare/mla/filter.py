@@ -21,6 +21,7 @@ from feddg.config import FedDGConfig, mla_feature_width
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.mla.payloads import DEFAULT_MAX_FEATURE_WIDTH, MLATask, check_feature_payload
 from feddg.flare.payload_filter import Check, PayloadFilter
+from feddg.flare.payloads import smallest_cap
 
 
 class FeatureMatrixFilter(PayloadFilter):
@@ -52,6 +53,6 @@ class FeatureMatrixFilter(PayloadFilter):
         return self._check if outgoing and task == self.task_name else None
 
     def _check(self, dxo: DXO | None, cfg: FedDGConfig) -> str:
-        caps = [c for c in (cfg.mla.feature_images, self.max_rows) if c is not None]
-        x = check_feature_payload(dxo, mla_feature_width(cfg), self.max_width, min(caps) if caps else None)
+        x = check_feature_payload(dxo, mla_feature_width(cfg), self.max_width,
+                                  smallest_cap(cfg.mla.feature_images, self.max_rows))
         return f"letting out the feature vectors of {x.shape[0]} images ({x.shape[1]} values each)"
