@@ -33,6 +33,7 @@ from pathlib import Path
 import psutil
 import yaml
 
+from feddg.compute import SITE_PROCESSES_ENV
 from feddg.config import load_config
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.site_policy import install_site_policy
@@ -96,8 +97,10 @@ def start(poc: POC, ready_timeout: float = 120) -> None:
             raise RehearsalError(f"port {FED_LEARN_PORT} is in use: another FLARE server (a POC?) is running here")
     poc.processes.append(_launch(poc.kit(poc.server), poc.workspace / "logs" / "server.log"))
     _wait_for_port("localhost", FED_LEARN_PORT, ready_timeout, poc)
+    # Every hospital runs on this one host: each job process takes its share of the cores (feddg.compute).
+    site_env = {**os.environ, SITE_PROCESSES_ENV: str(len(poc.clients))}
     for site in poc.clients:
-        poc.processes.append(_launch(poc.kit(site), poc.workspace / "logs" / f"{site}.log"))
+        poc.processes.append(_launch(poc.kit(site), poc.workspace / "logs" / f"{site}.log", site_env))
     time.sleep(5)  # let the clients register before a job is scheduled
     for proc in poc.processes:
         if proc.poll() is not None:
@@ -105,11 +108,11 @@ def start(poc: POC, ready_timeout: float = 120) -> None:
                                  f"{poc.workspace / 'logs'}")
 
 
-def _launch(kit: Path, log: Path) -> subprocess.Popen:
+def _launch(kit: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "w")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(["bash", str(kit / "startup" / "sub_start.sh"), "--once"], cwd=kit, stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
 
 def _wait_for_port(host: str, port: int, timeout: float, poc: POC) -> None:

@@ -7,8 +7,11 @@ optional::
       "amplitude_bank_images": 100,   // ELCFS: at most this many training images contribute amplitude windows
                                       // (a seeded random subset); the job's elcfs.bank_images applies too, the
                                       // smaller wins. Absent or null: the job decides.
-      "share_local_model": false      // MLA: let the server keep this site's last local model and ship it in the
+      "share_local_model": false,     // MLA: let the server keep this site's last local model and ship it in the
                                       // MLA bundle. Absent: false.
+      "num_threads": 4                // CPU threads of this site's job process (torch and OpenMP). Absent or
+                                      // null: the host's cores shared by the site processes that run on it
+                                      // (feddg.compute: all of them in a real deployment, one site per host).
     }
 
 The file is validated with the same strict schema rules as ``feddg.yaml`` (:mod:`feddg.config`): unknown keys,
@@ -39,6 +42,7 @@ class SiteConfig(BaseModel):
 
     amplitude_bank_images: Annotated[int, Field(ge=0)] | None = None
     share_local_model: bool = False
+    num_threads: Annotated[int, Field(ge=1)] | None = None
 
 
 def read_site_config(path: str) -> SiteConfig:

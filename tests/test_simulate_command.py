@@ -1,0 +1,34 @@
+"""`feddg simulate` runs every site's process at once unless told otherwise, and tells the sites how many share
+the host."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from feddg.cli import deploy_map_sites, simulator_threads
+
+JOB = Path(__file__).resolve().parents[1] / "jobs" / "prostate_ga"
+
+
+@pytest.mark.parametrize("rest, args, processes", [
+    ([], ["-t", "6"], 6),                                   # every site of the deploy map at once
+    (["-t", "2"], ["-t", "2"], 2),                          # the user's -t is kept
+    (["--threads", "9"], ["--threads", "9"], 6),            # (nvflare refuses it; at most the sites run at once)
+    (["-n", "3"], ["-n", "3", "-t", "3"], 3),
+    (["-c", "BMC,HK"], ["-c", "BMC,HK", "-t", "2"], 2),
+    (["-gpu", "0"], ["-gpu", "0", "-t", "6"], 6),           # one GPU group: all sites share it
+    (["-gpu", "0,1"], ["-gpu", "0,1"], 2),                  # NVFlare runs one site per GPU group at a time
+])
+def test_threads_default_to_the_sites(rest, args, processes):
+    assert simulator_threads(JOB, rest) == (args, processes)
+
+
+def test_deploy_map_sites(tmp_path):
+    assert deploy_map_sites(JOB) == {"BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"}
+    (tmp_path / "meta.json").write_text(json.dumps({"deploy_map": {"app": ["@ALL"]}}))
+    assert deploy_map_sites(tmp_path) == set()
+    assert simulator_threads(tmp_path, []) == ([], 1)  # unknown sites: NVFlare's own default stays
+    assert deploy_map_sites(tmp_path / "missing") == set()
