@@ -20,7 +20,8 @@ Preprocessing choices (the papers leave them open or describe them in one senten
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -289,38 +290,62 @@ def load_site(cfg: DataConfig, site: str) -> dict[str, SliceSet]:
 class SliceDataset(torch.utils.data.Dataset):
     """A SliceSet as a map-style dataset of {"image": (C, S, S), "label": (L, S, S)} float tensors."""
 
-    def __init__(self, s: SliceSet, transform=None) -> None:
+    def __init__(self, s: SliceSet) -> None:
         self.s = s
-        self.transform = transform
 
     def __len__(self) -> int:
         return len(self.s)
 
     def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        item = {"image": self.s.images[i], "label": self.s.labels[i].astype(np.float32)}
-        if self.transform is not None:
-            item = self.transform(item)
-        return {k: _plain_tensor(v) for k, v in item.items()}
+        return {"image": torch.from_numpy(self.s.images[i]),
+                "label": torch.from_numpy(self.s.labels[i].astype(np.float32))}
 
 
-def _plain_tensor(x) -> torch.Tensor:
-    """A float32 torch.Tensor without MONAI metadata (MetaTensor collation is slower and not needed)."""
-    if hasattr(x, "as_tensor"):
-        x = x.as_tensor()
-    return torch.as_tensor(x, dtype=torch.float32)
+class TrainBatches:
+    """One round's training batches of a site, on the training device: {"image": (B, C, S, S), "label":
+    (B, L, S, S)} float tensors, augmented there when asked (:mod:`feddg.data.transforms`).
 
+    Each iteration is one epoch in a new shuffled order. Deterministic given ``seed``: the order and the
+    augmentation draws both derive from it, whatever the device.
 
-def make_loader(s: SliceSet, batch_size: int, shuffle: bool, augment: bool, seed: int) -> torch.utils.data.DataLoader:
-    """Batches of {"image": (B, C, S, S), "label": (B, L, S, S)} float tensors; num_workers=0.
-
-    Deterministic given ``seed``: the shuffling order and the augmentation draws both derive from it.
+    The site's data is already decoded in memory, so a batch is a gather of rows: no DataLoader workers (the
+    augmentation, the only costly step, runs batched on the device); host memory is pinned for the copy to a GPU.
     """
-    transform = None
-    if augment:
-        from .transforms import train_augmentation  # lazily: MONAI is only needed for training
 
-        transform = train_augmentation(seed)
-    generator = torch.Generator().manual_seed(seed)
-    return torch.utils.data.DataLoader(
-        SliceDataset(s, transform), batch_size=batch_size, shuffle=shuffle, num_workers=0, generator=generator
-    )
+    def __init__(self, s: SliceSet, batch_size: int, shuffle: bool, augment: bool, seed: int,
+                 device: torch.device | str = "cpu") -> None:
+        self.device = torch.device(device)
+        generator = torch.Generator().manual_seed(seed)
+        self.loader = torch.utils.data.DataLoader(
+            SliceDataset(s), batch_size=batch_size, shuffle=shuffle, num_workers=0, generator=generator,
+            pin_memory=self.device.type == "cuda",
+        )
+        self.seconds = 0.0  # time spent producing batches so far (the host's share on a GPU)
+        self.augmentation = None
+        if augment:
+            from .transforms import BatchAugmentation  # lazily: MONAI is only needed for training
+
+            self.augmentation = BatchAugmentation(seed)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        batches = iter(self.loader)
+        while True:
+            started = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                return
+            image = batch["image"].to(self.device, non_blocking=True)
+            label = batch["label"].to(self.device, non_blocking=True)
+            if self.augmentation is not None:
+                image, label = self.augmentation(image, label)
+            self.seconds += time.perf_counter() - started
+            yield {"image": image, "label": label}
+
+
+def make_loader(s: SliceSet, batch_size: int, shuffle: bool, augment: bool, seed: int,
+                device: torch.device | str = "cpu") -> TrainBatches:
+    """The batches of ``s`` for one round of training (:class:`TrainBatches`)."""
+    return TrainBatches(s, batch_size, shuffle, augment, seed, device)
