@@ -22,7 +22,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "custom" / "feddg"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("feddg", "feddg.config", "feddg.jsonfile", "feddg.seeds")),
+    ("base", ("feddg", "feddg.config", "feddg.jsonfile", "feddg.seeds", "feddg.compute", "feddg.precision")),
     ("data, nets, methods", ("feddg.data", "feddg.nets", "feddg.methods", "feddg.metrics")),
     ("training and evaluation", ("feddg.training", "feddg.evaluation", "feddg.report", "feddg.flare.mla.bundle")),
     ("flare", ("feddg.flare",)),

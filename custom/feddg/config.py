@@ -125,6 +125,8 @@ class TrainConfig(_Section):
     seed: NonNegativeInt = 0
     min_sites: PositiveInt | None = None  # minimum training sites per round; None: all training sites
     task_timeout: PositiveInt = 3600  # seconds a round waits for the sites before going on with those that answered
+    amp: Literal["auto", "bf16", "fp16", "off"] = "auto"  # mixed precision of the sites' training
+    # (feddg.precision): auto = bf16 on CUDA, float32 on the CPU
 
 
 class EvalConfig(_Section):

@@ -13,6 +13,8 @@ from typing import Iterable, Iterator
 import torch
 from monai.losses import DiceLoss
 
+from feddg.precision import Precision
+
 
 def segmentation_loss() -> torch.nn.Module:
     """Soft Dice loss over the batch (``batch=True``): slices with little foreground do not dominate."""
@@ -53,13 +55,17 @@ def train_epochs(
     fedprox_mu: float = 0.0,
     global_model: torch.nn.Module | None = None,
     max_steps: int | None = None,
+    precision: Precision | None = None,
 ) -> LocalTrainResult:
     """Run ``epochs`` passes over ``loader`` (batches {"image": (B,C,H,W), "label": (B,L,H,W)}), or, when
     ``max_steps`` is given, exactly that many optimizer steps (passing over the loader as often as needed).
 
+    ``precision`` (:class:`feddg.precision.Precision`): mixed precision of the forward pass; the loss is float32.
+
     Raises:
         FloatingPointError: the loss became NaN or infinite (the site's update must not be sent).
     """
+    precision = precision or Precision("off", device)
     loss_fn = segmentation_loss()
     prox = None
     if fedprox_mu > 0:
@@ -74,13 +80,15 @@ def train_epochs(
         image = batch["image"].to(device, non_blocking=True)
         label = batch["label"].to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(image), label)
+        with precision.autocast():
+            logits = model(image)
+        loss = loss_fn(logits.float(), label)
         if prox is not None:
             loss = loss + prox(model, global_model)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"local loss is {loss.item()} at step {steps}")
-        loss.backward()
-        optimizer.step()
+        precision.backward(loss)
+        precision.step(optimizer)
         total += float(loss.detach())
         steps += 1
     return LocalTrainResult(mean_loss=total / steps if steps else math.nan, steps=steps)

@@ -21,12 +21,45 @@ Normalisation buffers (BatchNorm running statistics) are shared by both forwards
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch.func import functional_call
 
 from feddg.methods.frequency import interpolate_amplitude, sample_transfers
+
+
+class Precision(Protocol):
+    """Mixed precision of the forward passes (``feddg.precision.Precision`` is one; the paper math does not import
+    the package's machinery). None everywhere below means float32 throughout."""
+
+    loss_scale: float  # the factor backward() multiplies the loss by
+
+    def autocast(self) -> AbstractContextManager: ...
+
+    def backward(self, loss: torch.Tensor) -> None: ...
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+
+def _widened(x: torch.Tensor) -> torch.Tensor:
+    """An autocast output back in float32 for the losses (other dtypes, float64 in the tests, stay as they are)."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+class _Float32:
+    loss_scale = 1.0
+
+    def autocast(self) -> AbstractContextManager:
+        return nullcontext()
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
 
 
 class _WithFeatures(torch.nn.Module):
@@ -62,8 +95,10 @@ def episodic_step(
     meta_step_size: float = 1e-3,
     boundary_weight: float = 0.5,
     second_order: bool = False,
+    precision: Precision | None = None,
 ) -> EpisodicLosses:
-    """Accumulate the gradient of Eq. (9) into the parameters' ``.grad`` (the caller zeroes and steps).
+    """Accumulate the gradient of Eq. (9) into the parameters' ``.grad`` (the caller zeroes and steps, through
+    ``precision.step`` when it scales the loss).
 
     Args:
         model: a network with ``forward(x) -> logits`` and ``forward_with_features(x) -> (logits, [features])``.
@@ -75,19 +110,30 @@ def episodic_step(
         meta_step_size: beta of Eq. (4).
         boundary_weight: gamma of Eq. (8).
         second_order: back-propagate through the inner gradient.
+        precision: mixed precision of the two forward passes (:class:`Precision`); the losses, the inner
+            gradient and theta' are float32. With loss scaling the accumulated ``.grad`` is in scaled units.
 
     Returns:
         The three terms' values; raises FloatingPointError when any is not finite (no gradient is then usable).
     """
+    precision = precision or _Float32()
+    scale = precision.loss_scale
     params = {n: p for n, p in model.named_parameters() if p.requires_grad}
     buffers = dict(model.named_buffers())
-    inner = seg_loss(model(x), y)
-    grads = torch.autograd.grad(inner, list(params.values()), create_graph=second_order)
+    with precision.autocast():
+        inner_logits = model(x)
+    inner = seg_loss(_widened(inner_logits), y)
+    grads = torch.autograd.grad(inner * scale if scale != 1 else inner, list(params.values()),
+                                create_graph=second_order)
+    if scale != 1:  # the inner step of Eq. (4) takes the true gradient
+        grads = tuple(g / scale for g in grads)
     fast = {n: p - meta_step_size * (g if second_order else g.detach()) for (n, p), g in zip(params.items(), grads)}
     views = 1 + t.shape[0] // x.shape[0]
-    logits, features = functional_call(_WithFeatures(model), {**{f"net.{k}": v for k, v in fast.items()},
-                                                             **{f"net.{k}": v for k, v in buffers.items()}},
-                                       (torch.cat([x, t]),))
+    with precision.autocast():
+        logits, features = functional_call(_WithFeatures(model), {**{f"net.{k}": v for k, v in fast.items()},
+                                                                 **{f"net.{k}": v for k, v in buffers.items()}},
+                                           (torch.cat([x, t]),))
+    logits, features = _widened(logits), [_widened(f) for f in features]
     b = x.shape[0]
     meta_seg = seg_loss(logits[b:], y.repeat(views - 1, 1, 1, 1))
     bnd = boundary(features, y, views) * boundary_weight if boundary is not None else logits.sum() * 0.0
@@ -96,10 +142,11 @@ def episodic_step(
         raise FloatingPointError(f"episodic losses not finite: {values}")
     meta = meta_seg + bnd
     if second_order:
-        (inner + meta).backward()
+        precision.backward(inner + meta)
     else:
-        meta.backward()
+        precision.backward(meta)
         for p, g in zip(params.values(), grads):
+            g = g * scale if scale != 1 else g  # .grad holds scaled gradients under loss scaling
             p.grad = g.clone() if p.grad is None else p.grad.add_(g)
     return values
 
@@ -151,8 +198,10 @@ def train_episodic(
     boundary_weight: float = 0.5,
     second_order: bool = False,
     seed: int = 0,
+    precision: Precision | None = None,
 ) -> EpisodicTrainResult:
     """ELCFS local training: one episodic step per batch of ``batches`` ({"image", "label"} tensors)."""
+    precision = precision or _Float32()
     generator = torch.Generator().manual_seed(seed)
     model.train()
     total = bnd = 0.0
@@ -162,8 +211,9 @@ def train_episodic(
         y = batch["label"].to(device, non_blocking=True).float()
         t = transformed_views(x, bank, own_site, transforms_per_image, lam_range, generator)
         optimizer.zero_grad(set_to_none=True)
-        losses = episodic_step(model, x, y, t, seg_loss, boundary, meta_step_size, boundary_weight, second_order)
-        optimizer.step()
+        losses = episodic_step(model, x, y, t, seg_loss, boundary, meta_step_size, boundary_weight, second_order,
+                               precision)
+        precision.step(optimizer)
         total += losses.total
         bnd += losses.boundary
         steps += 1
