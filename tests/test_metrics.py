@@ -195,3 +195,17 @@ def test_largest_connected_component_3d():
     m[0, 7:9, 7:9, 4:6] = True  # 8 voxels
     out = largest_connected_component(m)
     assert out.sum() == 48 and not out[0, 7:9, 7:9, 4:6].any()
+
+
+def test_dice_alone_without_distances_is_the_same_dice():
+    rng = np.random.default_rng(3)
+    gt = np.zeros((2, 24, 24), bool)
+    gt[0, 5:15, 5:15] = True
+    gt[1, 8:12, 8:12] = True
+    pred = gt ^ (rng.random(gt.shape) > 0.9)
+    pred[1] = False  # an empty prediction: the convention's Dice 0
+    full = case_metrics(pred, gt, (1.0, 1.0))
+    dice_only = case_metrics(pred, gt, (1.0, 1.0), distances=False)
+    for l in ("0", "1"):
+        assert set(dice_only[l]) == {"dice", "empty"}
+        assert dice_only[l]["dice"] == full[l]["dice"] and dice_only[l]["empty"] == full[l]["empty"]

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from feddg.config import config_from_dict
-from feddg.flare.constants import CONFIG_FILE, FedDGTask
+from feddg.flare.constants import CONFIG_FILE, TASK_REQUEST_INTERVAL, FedDGTask
 from feddg.flare.registry import merge, method, methods
 from feddg.flare.site_policy import FED_EVENT_CONVERTER, TB_RECEIVER, TB_WRITER
 
@@ -89,6 +89,7 @@ def server_config(method_name: str) -> dict[str, Any]:
               "report_file": "feddg_report.json", **m.round_args}
     return {
         "format_version": 2,
+        "server": {"task_request_interval": TASK_REQUEST_INTERVAL},
         "workflows": [
             *(c.config() for c in m.before_rounds),
             {"id": "leave_one_site_out", "path": "feddg.flare.controller.LeaveOneSiteOutFedAvg", "args": rounds},

@@ -37,9 +37,10 @@ from nvflare.app_common.workflows.base_fedavg import BaseFedAvg
 
 from feddg.config import FedDGConfig
 from feddg.evaluation import mean_dice
-from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
+from feddg.flare.constants import CONFIG_FILE, TASK_CHECK_PERIOD, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
 from feddg.flare.site_info import mismatch
+from feddg.flare.timings import TIMINGS_FILE, append_timing, peak_rss_mib
 from feddg.flare.updates import UpdateRejected, check_update
 from feddg.jsonfile import write_json
 from feddg.report import evaluation_rows, format_table, mean_of, software_versions, write_report
@@ -89,7 +90,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         report_file: str = "feddg_report.json",
         final_round_receiver_id: str | None = None,
     ):
-        super().__init__(persistor_id=persistor_id, start_round=start_round)
+        super().__init__(persistor_id=persistor_id, start_round=start_round, task_check_period=TASK_CHECK_PERIOD)
         self.config_file = config_file
         self.aggregator_id = aggregator_id
         self.report_file = report_file
@@ -187,11 +188,14 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         self.event(AppEventType.ROUND_STARTED)
         timeout = cfg.train.task_timeout
         receiver = self.final_round_receiver if r == self.num_rounds - 1 else None
+        timing = {"round": r, "started": time.time(), "results": {}}
         results = self.broadcast_model(
             data=model, task_name=FedDGTask.TRAIN, targets=train_sites, min_responses=min_sites,
             timeout=timeout, wait_time_after_min_received=timeout,
-            callback=self._handing_to(receiver, r, dict(model.params)) if receiver is not None else None,
+            callback=self._receiving(timing["results"], receiver, r, dict(model.params)),
         )
+        timing["results_in"] = time.time()
+        aggregation_started = time.perf_counter()
         self.aggregator.reset_stats()
         accepted, val_dice, train_loss = [], {}, {}
         for result in results:
@@ -233,22 +237,30 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         model = self.update_model(model, aggregated)
         model.params = {k: cast_like(v, sent[k]) for k, v in model.params.items()}
         model.meta = {**(model.meta or {}), RUN_ID: self._run_id, ROUNDS_COMPLETED: r + 1}
+        timing["aggregation_s"] = time.perf_counter() - aggregation_started
+        save_started = time.perf_counter()
         self.save_model(model)
         # What a resumed job needs to know (`feddg resume-job`): the rounds behind the saved global model.
         write_json(os.path.join(self.get_run_dir(), PROGRESS_FILE),
                    {"rounds_completed": r + 1, "total_rounds": self.num_rounds, "run_id": self._run_id,
                     "history": self._history})
+        timing.update(save_s=time.perf_counter() - save_started, ended=time.time(), peak_rss_mib=peak_rss_mib())
+        append_timing(os.path.join(self.get_run_dir(), TIMINGS_FILE), timing)
         return model
 
-    # ------------------------------------------------------------------ the final round's receiver
-    def _handing_to(self, receiver: FinalRoundReceiver, r: int, sent: dict):
-        """The per-result callback of the final round: it hands each result to ``receiver`` the moment it arrives
-        (so a restart of the server does not lose what the receiver keeps) and on to the round as usual."""
+    # ------------------------------------------------------------------ each result as it arrives
+    def _receiving(self, arrivals: dict[str, float], receiver: FinalRoundReceiver | None, r: int, sent: dict):
+        """The per-result callback of a round: it notes when each site's result arrived (the round's timings) and,
+        in the final round, hands each result to ``receiver`` the moment it arrives (so a restart of the server
+        does not lose what the receiver keeps), then on to the round as usual."""
 
-        def hand_over(result: FLModel) -> bool:
+        def receive(result: FLModel) -> bool:
+            arrivals[str(result.meta.get("client_name", "?"))] = time.time()
             # With a callback, NVFlare's blocking broadcast_model returns only what the callback collects into
             # its internal result list; collect it there, so the round sees every result as without a callback.
             self._results.append(result)
+            if receiver is None:
+                return True
             try:
                 receiver.receive(result, sent, r)
             except Exception as e:  # the receiver's failure must not cost the round its update
@@ -256,7 +268,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
                            f"{result.meta.get('client_name', '?')}: {type(e).__name__}: {e}")
             return True
 
-        return hand_over
+        return receive
 
     # ------------------------------------------------------------------ best model
     def _consider_best(self, rounds_trained: int, params: dict, score: float) -> None:

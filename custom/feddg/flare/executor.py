@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,17 +37,20 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.shareable import Shareable, make_reply
 from nvflare.apis.signal import Signal
 
+from feddg.compute import ThreadBudgetError, apply_thread_budget
 from feddg.config import ConfigError, FedDGConfig
 from feddg.data.dataset import SliceSet, load_site, make_loader
 from feddg.data.errors import DataError
-from feddg.evaluation import evaluate_sliceset, mean_dice, split_loss
+from feddg.evaluation import evaluate_sliceset, split_loss, validation_scores
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
 from feddg.flare.redact import public, scrub
-from feddg.flare.site_config import SiteConfigError
+from feddg.flare.site_config import SiteConfigError, load_site_config
 from feddg.flare.site_info import site_fingerprint
+from feddg.flare.timings import TIMINGS_FILE, append_timing, peak_rss_mib
 from feddg.jsonfile import read_json, write_json
 from feddg.nets.unet import build_model, select_device
+from feddg.precision import Precision, PrecisionError
 from feddg.seeds import round_seed
 from feddg.training import LocalTrainResult, train_epochs
 
@@ -112,6 +116,7 @@ class FedDGExecutor(Executor):
         self._cfg: FedDGConfig | None = None
         self._data: dict[str, SliceSet] | None = None
         self._site: str | None = None
+        self._received, self._setup_s = 0.0, 0.0  # when the current task arrived; its data loading, s
         # task name -> handler; a method's executor adds its own tasks (site_info is answered before any setup)
         self.handlers: dict[str, TaskHandler] = {
             train_task_name: TaskHandler(self._train_task, unseen_site_refuses=True, refusal="it never trains"),
@@ -141,9 +146,11 @@ class FedDGExecutor(Executor):
         handler = self.handlers.get(task_name)
         if handler is None:
             return make_reply(ReturnCode.TASK_UNKNOWN)
+        self._received, setup_started = time.time(), time.perf_counter()
         try:
             self._setup(fl_ctx)
-        except (ConfigError, DataError, SiteConfigError) as e:
+            self._setup_s = time.perf_counter() - setup_started
+        except (ConfigError, DataError, SiteConfigError, ThreadBudgetError, PrecisionError) as e:
             # Named before any training: the site answers with an error, the others go on.
             self.log_error(fl_ctx, f"site {fl_ctx.get_identity_name()} cannot start: {e}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
@@ -200,12 +207,15 @@ class FedDGExecutor(Executor):
         self._cfg = load_job_config(fl_ctx, self.config_file)
         if self._site not in self._cfg.data.sites:
             raise ConfigError(f"client name {self._site!r} is not one of data.sites {self._cfg.data.sites}")
+        budget = apply_thread_budget(load_site_config(fl_ctx).num_threads)
         self._device = select_device()
+        self._precision = Precision(self._cfg.train.amp, self._device)
         self._data = load_site(self._cfg.data, self._site)
         if self._site != self._cfg.data.unseen_site and len(self._data["train"]) == 0:
             raise DataError("no training images after preprocessing", site=self._site)
         sizes = {k: len(v) for k, v in self._data.items()}
-        self.log_info(fl_ctx, f"site {self._site}: {sizes} images on {self._device}")
+        self.log_info(fl_ctx, f"site {self._site}: {sizes} images on {self._device} "
+                              f"({self._precision.describe()}), {budget.describe()}")
 
     def _load_weights(self, weights: dict[str, Any]) -> torch.nn.Module:
         model = build_model(self._cfg)
@@ -218,25 +228,27 @@ class FedDGExecutor(Executor):
         cfg, site = self._cfg, self._site
         current_round = int(shareable.get_header("current_round", 0) or 0)
         meta: dict[str, Any] = {FedDGMeta.NUM_TRAIN_SAMPLES: len(self._data["train"])}
+        validation_started = time.perf_counter()
         if len(self._data["val"]):
-            summary = evaluate_sliceset(model, self._data["val"], cfg.data.label_names, self._device,
-                                        cfg.eval.batch_size)["summary"]
-            meta[FedDGMeta.VAL_DICE] = mean_dice(summary, cfg.data.label_names)
-            meta[FedDGMeta.VAL_LOSS] = summary["loss"]
+            scores = validation_scores(model, self._data["val"], cfg.data.label_names, self._device,
+                                       cfg.eval.batch_size)
+            meta[FedDGMeta.VAL_DICE], meta[FedDGMeta.VAL_LOSS] = scores["dice"], scores["loss"]
         state_dir = self._state_dir(fl_ctx)
         previous = read_json(os.path.join(state_dir, "state.json"))
         if (self.send_generalization_gap and FedDGMeta.VAL_LOSS in meta and previous.get("round") == current_round - 1
                 and "local_val_loss" in previous):
             meta[FedDGMeta.GENERALIZATION_GAP] = meta[FedDGMeta.VAL_LOSS] - previous["local_val_loss"]
 
+        validation_s = time.perf_counter() - validation_started
         seed = round_seed(cfg.train.seed, site, current_round)
         torch.manual_seed(seed)
         loader = make_loader(self._data["train"], cfg.train.batch_size, shuffle=True,
-                             augment=cfg.train.augment, seed=seed)
+                             augment=cfg.train.augment, seed=seed, device=self._device)
         optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.99))
         self._restore_optimizer(optimizer, state_dir, fl_ctx)
         received = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
         global_model = copy.deepcopy(model).eval() if cfg.train.fedprox_mu > 0 else None
+        training_started = time.perf_counter()
         try:
             result = self._local_train(model, loader, optimizer, global_model, seed, fl_ctx)
         except FloatingPointError as e:
@@ -246,6 +258,7 @@ class FedDGExecutor(Executor):
         except LocalTrainingError as e:
             self.log_error(fl_ctx, f"site {site}, round {current_round}: cannot train: {e}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        training_s = time.perf_counter() - training_started
         if abort_signal.triggered:
             return make_reply(ReturnCode.TASK_ABORTED)
         torch.save(optimizer.state_dict(), os.path.join(state_dir, "optimizer.pt"))
@@ -264,9 +277,15 @@ class FedDGExecutor(Executor):
                               f"{meta.get(FedDGMeta.VAL_DICE, float('nan')):.4f}, train loss {result.mean_loss:.4f}")
         weights = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
         if self.send_weight_diff:
-            diff = {k: weights[k] - received[k] for k in weights}
-            return DXO(data_kind=DataKind.WEIGHT_DIFF, data=diff, meta=meta).to_shareable()
-        return DXO(data_kind=DataKind.WEIGHTS, data=weights, meta=meta).to_shareable()
+            weights = {k: weights[k] - received[k] for k in weights}
+        reply = DXO(data_kind=DataKind.WEIGHT_DIFF if self.send_weight_diff else DataKind.WEIGHTS, data=weights,
+                    meta=meta).to_shareable()
+        append_timing(os.path.join(state_dir, TIMINGS_FILE), {
+            "task": self.train_task_name, "round": current_round, "received": self._received,
+            "returned": time.time(), "setup_s": self._setup_s, "validation_s": validation_s,
+            "training_s": training_s, "data_s": loader.seconds, "steps": result.steps,
+            "peak_rss_mib": peak_rss_mib()})
+        return reply
 
     def _local_train(self, model: torch.nn.Module, loader, optimizer: torch.optim.Optimizer,
                      global_model: torch.nn.Module | None, seed: int, fl_ctx: FLContext) -> LocalTrainResult:
@@ -277,7 +296,7 @@ class FedDGExecutor(Executor):
         """
         t = self._cfg.train
         return train_epochs(model, loader, optimizer, t.local_epochs, self._device, t.fedprox_mu, global_model,
-                            t.local_steps)
+                            t.local_steps, self._precision)
 
     def _extra_train_meta(self, fl_ctx: FLContext) -> dict[str, Any]:
         """Metadata a method adds to the training result (none here)."""

@@ -11,7 +11,7 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.impl.controller import Controller
 
 from feddg.config import FedDGConfig
-from feddg.flare.constants import CONFIG_FILE
+from feddg.flare.constants import CONFIG_FILE, TASK_CHECK_PERIOD
 from feddg.flare.job_config import load_job_config
 
 
@@ -21,7 +21,7 @@ class ServerPhase(Controller):
     """
 
     def __init__(self, config_file: str = CONFIG_FILE):
-        super().__init__()
+        super().__init__(task_check_period=TASK_CHECK_PERIOD)
         self.config_file = config_file
         self._cfg: FedDGConfig | None = None
 

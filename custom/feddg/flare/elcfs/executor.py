@@ -130,7 +130,7 @@ class ELCFSExecutor(FedDGExecutor):
             model, iterate_batches(loader, cfg.train.local_epochs, cfg.train.local_steps), optimizer, self._device,
             bank, self._site, segmentation_loss(), boundary if e.boundary_weight > 0 else None,
             transforms_per_image=n_t, lam_range=(e.lam_range[0], e.lam_range[1]), meta_step_size=e.meta_step_size,
-            boundary_weight=e.boundary_weight, second_order=e.second_order, seed=seed,
+            boundary_weight=e.boundary_weight, second_order=e.second_order, seed=seed, precision=self._precision,
         )
         return LocalTrainResult(mean_loss=result.mean_loss, steps=result.steps,
                                 extra={"boundary_loss": result.mean_boundary})
