@@ -73,12 +73,46 @@ def check_run(result: subprocess.CompletedProcess, ws: Path, exp_sites: list[str
     return report
 
 
-def test_prostate_fedavg_all_sites_in_parallel(tmp_path, synthetic_root):
-    job = make_job(tmp_path, "prostate_fedavg", synthetic_root["prostate"], rounds=2)
-    ws = tmp_path / "ws"
-    result = run_job(job, ws, "-t", "6")
-    report = check_run(result, ws, ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "RUNMC", ["prostate"], 2)
-    assert report["models"]["final"]["sites"]["RUNMC"]["splits"]["test"]["unit"] == "mm"
+def _unit_scores(report: dict) -> dict:
+    """(model, site, split) -> the summary's Dice, HD95 and ASD means."""
+    return {(model, site, split): [summary["prostate"][m]["mean"] for m in ("dice", "hd95", "asd")]
+            for model, entry in report["models"].items() for site, s in entry["sites"].items()
+            for split, summary in s["splits"].items()}
+
+
+def test_prostate_fedavg_all_sites_at_once_equals_one_at_a_time(tmp_path, synthetic_root):
+    """`feddg simulate` without -t runs every site's process at once, each with its share of the cores; with -t 1
+    every task runs in a fresh process (Adam's step count after two rounds proves round 1 resumed round 0's
+    optimizer state from the site's workspace). With the same threads per site (the sites' own num_threads: 1)
+    both give the same numbers: scheduling changes nothing but the time."""
+    rounds, epochs, batch = 2, 1, 4
+    job = make_job(tmp_path, "prostate_fedavg", synthetic_root["prostate"], rounds=rounds,
+                   local_epochs=epochs, batch_size=batch)
+    reports = {}
+    for mode, extra in (("parallel", ()), ("one", ("-t", "1"))):
+        ws = tmp_path / f"ws_{mode}"
+        (ws / "local").mkdir(parents=True)
+        (ws / "local" / "feddg_site.json").write_text(json.dumps({"num_threads": 1}))
+        result = run_job(job, ws, *extra)
+        reports[mode] = check_run(result, ws, ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "RUNMC",
+                                  ["prostate"], rounds)
+        log = (ws / "BIDMC" / "log.txt").read_text()
+        assert "1 thread(s), set by the site's num_threads" in log
+        expected_processes = 6 if mode == "parallel" else 1
+        assert f"-t {expected_processes}" in result.stdout and f"FEDDG_SITE_PROCESSES={expected_processes}" in \
+            result.stdout
+    state = tmp_path / "ws_one" / "BIDMC" / "simulate_job" / "feddg_site_state"
+    optimizer = torch.load(state / "optimizer.pt", weights_only=True)
+    steps = next(iter(optimizer["state"].values()))["step"].item()
+    per_round = json.loads((state / "state.json").read_text())["steps"]
+    assert steps == rounds * per_round
+    one, parallel = _unit_scores(reports["one"]), _unit_scores(reports["parallel"])
+    assert one.keys() == parallel.keys()
+    for key in one:
+        assert parallel[key] == pytest.approx(one[key], abs=1e-6), key
+    assert reports["parallel"]["models"]["final"]["sites"]["RUNMC"]["splits"]["test"]["unit"] == "mm"
+    timings = (tmp_path / "ws_parallel" / "server" / "simulate_job" / "feddg_timings.jsonl").read_text().splitlines()
+    assert [json.loads(line)["round"] for line in timings] == list(range(rounds))
 
 
 def test_fundus_fedavg(tmp_path, synthetic_root):
@@ -87,23 +121,6 @@ def test_fundus_fedavg(tmp_path, synthetic_root):
     result = run_job(job, ws, "-t", "4")
     report = check_run(result, ws, ["Domain1", "Domain2", "Domain3", "Domain4"], "Domain1", ["disc", "cup"], 1)
     assert report["models"]["final"]["sites"]["Domain1"]["splits"]["test"]["unit"] == "px"
-
-
-def test_prostate_fedavg_one_thread_keeps_site_state_on_disk(tmp_path, synthetic_root):
-    """-t 1: a fresh process per task. Adam's step count after two rounds proves round 1 resumed round 0's
-    optimizer state from the site's workspace."""
-    rounds, epochs, batch = 2, 1, 4
-    job = make_job(tmp_path, "prostate_fedavg", synthetic_root["prostate"], rounds=rounds,
-                   local_epochs=epochs, batch_size=batch)
-    ws = tmp_path / "ws"
-    result = run_job(job, ws, "-t", "1")
-    report = check_run(result, ws, ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"], "RUNMC", ["prostate"], rounds)
-    state = ws / "BIDMC" / "simulate_job" / "feddg_site_state"
-    optimizer = torch.load(state / "optimizer.pt", weights_only=True)
-    steps = next(iter(optimizer["state"].values()))["step"].item()
-    per_round = json.loads((state / "state.json").read_text())["steps"]
-    assert steps == rounds * per_round
-    assert report["history"][-1]["round"] == rounds - 1
 
 
 def test_prostate_ga_weights_history(tmp_path, synthetic_root):

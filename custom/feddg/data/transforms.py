@@ -10,8 +10,8 @@ a z-scored MRI and mid-grey for fundus in [-1, 1].
 
 Why batched, on the training device: the per-sample MONAI dictionary transforms we used before
 (``RandRotated`` -> ``RandZoomd`` -> ``RandFlipd``) cost 8 ms a sample on one CPU thread, 3.6 s of a 13.6 s
-round of a prostate site at 64 px (measured on a 2-core machine, ``benchmarks/round_time.py`` measures it side
-by side), and on a GPU host they ran on the training thread while the GPU waited. Here the flips are exact
+round of a prostate site at 64 px on a 2-core machine (``python benchmarks/augmentation_time.py`` compares the two
+side by side), and on a GPU host they ran on the training thread while the GPU waited. Here the flips are exact
 index flips and rotation and scaling are one affine resampling of the whole batch (MONAI's ``AffineTransform``
 layer, i.e. one ``grid_sample``) where the batch already is: a few milliseconds a round on a CPU, next to
 nothing on a GPU, and no DataLoader workers to fork. Flipping first and then rotating/scaling gives the same

@@ -265,7 +265,9 @@ class FedDGExecutor(Executor):
         state = {"round": current_round, "train_loss": result.mean_loss, "steps": result.steps}
         if self.send_generalization_gap and len(self._data["val"]):
             # The site's own model scored right after training: next round's gap is measured against it.
+            validation_started = time.perf_counter()
             state["local_val_loss"] = split_loss(model, self._data["val"], self._device, cfg.eval.batch_size)
+            validation_s += time.perf_counter() - validation_started
         write_json(os.path.join(state_dir, "state.json"), state)
         meta[FedDGMeta.TRAIN_LOSS] = result.mean_loss
         meta[MetaKey.NUM_STEPS_CURRENT_ROUND] = result.steps

@@ -11,7 +11,8 @@ Site record (task ``train``)::
 
 ``received``/``returned`` are wall-clock times (``time.time()``) when the executor got the task and handed its
 result back to NVFlare (which then filters, serializes and sends it); ``setup_s`` is the first task's data
-loading (0 afterwards); ``data_s`` is the part of ``training_s`` spent producing batches (gathering rows, the
+loading (0 afterwards); ``validation_s`` covers the received model's validation and, for GA, the site's own
+model's after training; ``data_s`` is the part of ``training_s`` spent producing batches (gathering rows, the
 copy to the device and the augmentation; on a GPU the host's share, as the device works asynchronously).
 
 Server record (one per round)::

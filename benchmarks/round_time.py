@@ -1,0 +1,309 @@
+"""Where a federated round's time goes, next to the same local training done outside NVFlare, in one run.
+
+    python benchmarks/round_time.py [--job prostate_ga] [--rounds 4] [--out /tmp/feddg/round_time]
+                                    [--compare-interval 2.0] [--paper --cases-per-site 30] [-- SIMULATOR ARGS]
+
+1. Writes the job from the template (``feddg.jobs``) with ``train.rounds`` and, with ``--paper``, the papers'
+   setting (384 px, the paper's network, batch 5, one epoch) and ``--cases-per-site`` synthetic volumes per site,
+   then runs it with ``feddg simulate`` (every site in its own process, all at once, each with its share of the
+   cores; extra simulator arguments after ``--``, e.g. ``-- -gpu 0``).
+2. Reads the timings the server and each site wrote (:mod:`feddg.flare.timings`) and breaks every round down:
+   the slowest site's validation and training (and the part of the training spent producing batches), the task's
+   delivery to the sites, the sites' other work in the task (loading the received weights, optimizer state,
+   GA's post-training loss, the weights' conversion), the results' filtering, serialization and transfer, the
+   server's aggregation and checkpoint, and the orchestration: the round minus the slowest site's validation and
+   training.
+3. Runs the same local training outside NVFlare: one process per training site, started together, with the same
+   thread budget, the same data, network, batches and epochs, validating and training once per round (rounds in
+   step, a barrier between them). The ratio of the federated round to this local round is NVFlare's price.
+4. With ``--compare-interval S``, runs the federated job a second time with NVFlare's ``task_request_interval``
+   set to S (NVFlare's default is 2.0) for a side-by-side comparison with the jobs' value.
+
+Round 0 also loads each site's data and imports the optimizer's dependencies (``torch.optim`` imports
+``torch._dynamo`` on first use: 1.8 s of CPU on this machine); the summary's means are over rounds 1 and later.
+Prints Markdown tables and writes them, with every number, the command and the machine, to ``--out``
+(``round_time.md``, ``round_time.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+from feddg.compute import SITE_PROCESSES_ENV, available_cores
+from feddg.flare.timings import TIMINGS_FILE, read_timings
+
+SIMULATE_JOB = "simulate_job"  # the simulator's run folder name
+
+
+# ------------------------------------------------------------------------------------------------ the job
+
+
+def write_benchmark_job(out: Path, job: str, rounds: int, paper: bool, cases_per_site: int | None) -> Path:
+    from feddg.flare.registry import merge
+    from feddg.jobs import PAPER_SIZE, write_job
+
+    overrides: dict[str, Any] = {"train": {"rounds": rounds}}
+    if paper:
+        overrides = merge(PAPER_SIZE, overrides)
+    if cases_per_site is not None:
+        overrides = merge(overrides, {"data": {"synthetic": {"cases_per_site": cases_per_site}}})
+    return write_job(out, job, overrides)
+
+
+def set_task_request_interval(job_dir: Path, seconds: float) -> None:
+    path = job_dir / "app" / "config" / "config_fed_server.json"
+    config = json.loads(path.read_text())
+    config.setdefault("server", {})["task_request_interval"] = seconds
+    path.write_text(json.dumps(config, indent=2) + "\n")
+
+
+def run_federated(job_dir: Path, workspace: Path, simulator_args: list[str], timeout: float) -> dict[str, Any]:
+    if workspace.exists():
+        shutil.rmtree(workspace)
+    workspace.parent.mkdir(parents=True, exist_ok=True)
+    log = workspace.parent / f"{workspace.name}.log"
+    started = time.perf_counter()
+    with open(log, "w") as f:
+        proc = subprocess.run([sys.executable, "-m", "feddg.cli", "simulate", str(job_dir), "-w", str(workspace),
+                               *simulator_args], stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"the simulator run failed (exit {proc.returncode}); see {log}")
+    return {"wall_s": wall, "log": str(log), **breakdown(workspace)}
+
+
+# ------------------------------------------------------------------------------------------------ the breakdown
+
+
+def breakdown(workspace: Path) -> dict[str, Any]:
+    """Per-round figures from the timings files of a simulator workspace."""
+    server = read_timings(workspace / "server" / SIMULATE_JOB / TIMINGS_FILE)
+    if not server:
+        raise RuntimeError(f"no server timings under {workspace}: did the job run its rounds?")
+    sites: dict[str, dict[int, dict]] = {}
+    for path in sorted(workspace.glob(f"*/{SIMULATE_JOB}/feddg_site_state/{TIMINGS_FILE}")):
+        sites[path.parts[-4]] = {r["round"]: r for r in read_timings(path) if r.get("task") == "train"}
+    rounds = []
+    for s in server:
+        r = s["round"]
+        here = {site: recs[r] for site, recs in sites.items() if r in recs}
+        if not here:
+            continue
+        busy = {site: t["validation_s"] + t["training_s"] for site, t in here.items()}
+        slowest = max(busy, key=busy.get)
+        t = here[slowest]
+        round_s = s["ended"] - s["started"]
+        rounds.append({
+            "round": r,
+            "round_s": round_s,
+            "slowest_site": slowest,
+            "validation_s": t["validation_s"],
+            "training_s": t["training_s"],
+            "data_s": t["data_s"],
+            "setup_s": max(x["setup_s"] for x in here.values()),
+            "delivery_s": max(x["received"] - s["started"] for x in here.values()),
+            "site_other_s": (t["returned"] - t["received"]) - t["setup_s"] - busy[slowest],
+            "transfer_s": max(s["results"][site] - x["returned"] for site, x in here.items() if site in s["results"]),
+            "after_results_s": s["ended"] - s["results_in"],
+            "aggregation_s": s["aggregation_s"],
+            "save_s": s["save_s"],
+            "orchestration_s": round_s - busy[slowest],
+        })
+    peak_sites = {site: max(x["peak_rss_mib"] for x in recs.values()) for site, recs in sites.items() if recs}
+    return {"rounds": rounds, "peak_rss_mib": {"server": max(s["peak_rss_mib"] for s in server), **peak_sites}}
+
+
+# ------------------------------------------------------------------------------------------------ local training
+
+
+def _local_site(job_dir: str, site: str, rounds: int, barrier, queue) -> None:
+    """One training site's local training outside NVFlare: validation and training once per round."""
+    import copy
+
+    import torch
+
+    from feddg.compute import apply_thread_budget
+    from feddg.config import load_config
+    from feddg.data.dataset import load_site, make_loader
+    from feddg.evaluation import validation_scores
+    from feddg.nets.unet import build_model, select_device
+    from feddg.precision import Precision
+    from feddg.seeds import round_seed
+    from feddg.training import train_epochs
+
+    apply_thread_budget()
+    cfg = load_config(Path(job_dir) / "app" / "config" / "feddg.yaml")
+    device = select_device()
+    data = load_site(cfg.data, site)
+    model = build_model(cfg).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.99))
+    precision = Precision(cfg.train.amp, device)
+    for r in range(rounds):
+        barrier.wait(timeout=3600)
+        started = time.time()
+        if len(data["val"]):
+            validation_scores(model, data["val"], cfg.data.label_names, device, cfg.eval.batch_size)
+        seed = round_seed(cfg.train.seed, site, r)
+        loader = make_loader(data["train"], cfg.train.batch_size, True, cfg.train.augment, seed, device)
+        t = cfg.train
+        global_model = copy.deepcopy(model).eval() if t.fedprox_mu > 0 else None
+        train_epochs(model, loader, optimizer, t.local_epochs, device, t.fedprox_mu, global_model, t.local_steps,
+                     precision)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        queue.put((site, r, started, time.time()))
+
+
+def run_local(job_dir: Path, rounds: int, site_processes: int, timeout: float) -> dict[str, Any]:
+    """Every training site's local training at once, rounds in step; per round the wall time until the last site
+    is done."""
+    from feddg.config import load_config
+
+    cfg = load_config(job_dir / "app" / "config" / "feddg.yaml")
+    sites = cfg.data.train_sites
+    ctx = mp.get_context("spawn")  # a fresh interpreter per site, as NVFlare's site processes
+    barrier, queue = ctx.Barrier(len(sites)), ctx.Queue()
+    os.environ[SITE_PROCESSES_ENV] = str(site_processes)
+    procs = [ctx.Process(target=_local_site, args=(str(job_dir), s, rounds, barrier, queue)) for s in sites]
+    for p in procs:
+        p.start()
+    records = [queue.get(timeout=timeout) for _ in range(len(sites) * rounds)]
+    for p in procs:
+        p.join(timeout=60)
+    per_round = []
+    for r in range(rounds):
+        spans = [(start, end) for _, rr, start, end in records if rr == r]
+        per_round.append({"round": r, "round_s": max(e for _, e in spans) - min(s for s, _ in spans)})
+    return {"sites": sites, "rounds": per_round}
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+COLUMNS = [("round", "round"), ("round_s", "round s"), ("validation_s", "validation"), ("training_s", "training"),
+           ("data_s", "of which data"), ("delivery_s", "task delivery"), ("site_other_s", "site other"),
+           ("transfer_s", "result transfer"), ("aggregation_s", "aggregation"), ("save_s", "checkpoint"),
+           ("orchestration_s", "orchestration")]
+
+
+def round_table(rounds: list[dict], local: dict[int, float] | None) -> str:
+    head = [label for _, label in COLUMNS] + (["local round s", "federated / local"] if local else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rounds:
+        cells = [str(r["round"])] + [f"{r[key]:.2f}" for key, _ in COLUMNS[1:]]
+        if local:
+            cells += [f"{local[r['round']]:.2f}", f"{r['round_s'] / local[r['round']]:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summary(run: dict, local: dict[int, float] | None) -> dict[str, float]:
+    later = [r for r in run["rounds"] if r["round"] > 0] or run["rounds"]
+    out = {key: mean(r[key] for r in later) for key, _ in COLUMNS[1:]}
+    out["shares"] = {key: out[key] / out["round_s"] for key in ("validation_s", "training_s", "orchestration_s")}
+    if local:
+        out["local_round_s"] = mean(local[r["round"]] for r in later)
+        out["federated_over_local"] = out["round_s"] / out["local_round_s"]
+    return out
+
+
+def machine() -> dict[str, Any]:
+    import torch
+
+    info = {"cpu": platform.processor() or platform.machine(), "cores": available_cores(),
+            "python": platform.python_version(), "torch": torch.__version__}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    command = " ".join(["python benchmarks/round_time.py", *argv])
+    simulator_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--job", default="prostate_ga", help="a job of the template (default: the headline job)")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--paper", action="store_true", help="the papers' setting (384 px, batch 5, one epoch)")
+    parser.add_argument("--cases-per-site", type=int, help="synthetic volumes per site (the papers: about 30)")
+    parser.add_argument("--compare-interval", type=float, help="also run with this task_request_interval")
+    parser.add_argument("--skip-local", action="store_true", help="do not run the local-training baseline")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per run")
+    parser.add_argument("--out", default="/tmp/feddg/round_time")
+    args = parser.parse_args(argv)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    job_dir = write_benchmark_job(out / "jobs", args.job, args.rounds, args.paper, args.cases_per_site)
+    from feddg.cli import simulator_threads
+    from feddg.flare.constants import TASK_REQUEST_INTERVAL
+
+    _, site_processes = simulator_threads(job_dir, simulator_args)
+    print(f"federated: {job_dir} in the simulator ({site_processes} site processes at once) ...", flush=True)
+    federated = run_federated(job_dir, out / "workspace", simulator_args, args.timeout)
+    local = None
+    if not args.skip_local:
+        print("local: the same training outside NVFlare ...", flush=True)
+        local_run = run_local(job_dir, args.rounds, site_processes, args.timeout)
+        local = {r["round"]: r["round_s"] for r in local_run["rounds"]}
+    compared = None
+    if args.compare_interval is not None:
+        other = out / "jobs_interval" / args.job
+        shutil.copytree(job_dir, other, dirs_exist_ok=True)
+        set_task_request_interval(other, args.compare_interval)
+        print(f"federated again with task_request_interval {args.compare_interval} s ...", flush=True)
+        compared = run_federated(other, out / "workspace_interval", simulator_args, args.timeout)
+
+    results = {"command": command, "machine": machine(), "job": args.job, "rounds": args.rounds,
+               "paper": args.paper, "cases_per_site": args.cases_per_site, "site_processes": site_processes,
+               "task_request_interval": TASK_REQUEST_INTERVAL, "federated": federated,
+               "federated_summary": summary(federated, local), "local": local}
+    m = results["machine"]
+    lines = [f"# Round time: {args.job}, {args.rounds} rounds{' (paper size)' if args.paper else ''}", "",
+             f"`{command}` on {m['cpu']} ({m['cores']} cores{', ' + m['gpu'] if 'gpu' in m else ''}), "
+             f"torch {m['torch']}; {site_processes} site processes at once. Seconds; the site columns are the "
+             f"slowest site's (largest validation + training).", "",
+             f"Whole simulator run: {federated['wall_s']:.1f} s. NVFlare task_request_interval "
+             f"{TASK_REQUEST_INTERVAL} s.", "", round_table(federated["rounds"], local), ""]
+    s = results["federated_summary"]
+    lines += [f"Mean over rounds 1+: round {s['round_s']:.2f} s; validation {100 * s['shares']['validation_s']:.0f} %,"
+              f" training {100 * s['shares']['training_s']:.0f} %, orchestration {s['orchestration_s']:.2f} s "
+              f"({100 * s['shares']['orchestration_s']:.0f} %)"
+              + (f"; local round {s['local_round_s']:.2f} s, federated / local {s['federated_over_local']:.2f}"
+                 if local else "") + ".", "",
+             "Peak resident memory (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in federated["peak_rss_mib"].items())
+             + " (the server line is the simulator's main process, which also hosts the clients' proxies).", ""]
+    if compared is not None:
+        c = summary(compared, None)
+        results["compared_interval"] = {"task_request_interval": args.compare_interval, "run": compared,
+                                        "summary": c}
+        lines += [f"## The same job with task_request_interval {args.compare_interval} s", "",
+                  f"Whole run {compared['wall_s']:.1f} s (vs {federated['wall_s']:.1f} s); mean round "
+                  f"{c['round_s']:.2f} s (vs {s['round_s']:.2f} s), orchestration {c['orchestration_s']:.2f} s "
+                  f"(vs {s['orchestration_s']:.2f} s).", "", round_table(compared["rounds"], None), ""]
+    (out / "round_time.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    (out / "round_time.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
