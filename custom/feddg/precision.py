@@ -8,9 +8,13 @@ Modes:
   * ``fp16``: float16 on CUDA with dynamic loss scaling (``torch.amp.GradScaler``); refused on the CPU;
   * ``off``: float32 throughout.
 
-Every loss is computed in float32 from float32-cast network outputs (the Dice loss's sums, ELCFS's InfoNCE over
-feature similarities and MLA's cross-entropy are where low precision would hurt), and the weights the sites send
-are float32 whatever the mode.
+Covered: every site's local training (the Dice loss of FedAvg, FedProx, GA, gradient alignment and MLA-BIN's
+BIN-Net, and ELCFS's episodic step with its InfoNCE boundary loss). Every loss is computed in float32 from
+float32-cast network outputs (the Dice loss's sums and InfoNCE's similarities are where low precision would hurt),
+and the weights the sites send are float32 whatever the mode. Not covered, on purpose: MLA's domain attention,
+which the server trains on its CPU on one thread (:func:`feddg.methods.mla.attention.train_domain_attention`: a
+small MLP on a few hundred feature vectors, where autocast has nothing to gain) and evaluation, which stays float32
+so that metrics do not depend on the mode.
 """
 
 from __future__ import annotations

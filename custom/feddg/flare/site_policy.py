@@ -14,6 +14,7 @@ from typing import Any
 
 from feddg.flare import registry
 from feddg.flare.egress_filter import egress_limits
+from feddg.flare.site_config import SiteConfig
 from feddg.jsonfile import read_json_object, write_json
 
 PACKAGE_PREFIX = "feddg."  # a package prefix must end with "." in NVFlare 2.9
@@ -209,7 +210,7 @@ def install_site_policy(kit: Path, num_gpus: int | None = None, mem_per_gpu_gib:
             set_gpus(resources, num_gpus, mem_per_gpu_gib or 0)
             files[local / "privacy.json"] = privacy
             if not (local / "feddg_site.json").exists():
-                files[local / "feddg_site.json.sample"] = {"amplitude_bank_images": None, "share_local_model": False}
+                files[local / "feddg_site.json.sample"] = SiteConfig().model_dump()  # every key, its default
         files[local / "resources.json"] = resources
         files[local / "authorization.json"] = authorization()
     return [_write(path, content) for path, content in files.items()]
