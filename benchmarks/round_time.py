@@ -31,7 +31,6 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from typing import Any
 
 from feddg.compute import SITE_PROCESSES_ENV, available_cores
 from feddg.flare.timings import TIMINGS_FILE, read_timings
+from feddg.report import machine_info, software_versions
 
 SIMULATE_JOB = "simulate_job"  # the simulator's run folder name
 
@@ -217,23 +217,6 @@ def summary(run: dict, local: dict[int, float] | None) -> dict[str, float]:
     return out
 
 
-def machine() -> dict[str, Any]:
-    import torch
-
-    info = {"cpu": platform.processor() or platform.machine(), "cores": available_cores(),
-            "python": platform.python_version(), "torch": torch.__version__}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name(0)
-    return info
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join(["python benchmarks/round_time.py", *argv])
@@ -272,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"federated again with task_request_interval {args.compare_interval} s ...", flush=True)
         compared = run_federated(other, out / "workspace_interval", simulator_args, args.timeout)
 
-    results = {"command": command, "machine": machine(), "job": args.job, "rounds": args.rounds,
+    results = {"command": command, "machine": machine_info(), "versions": software_versions(), "job": args.job, "rounds": args.rounds,
                "paper": args.paper, "cases_per_site": args.cases_per_site, "site_processes": site_processes,
                "task_request_interval": TASK_REQUEST_INTERVAL, "federated": federated,
                "federated_summary": summary(federated, local), "local": local}

@@ -26,7 +26,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("data, nets, methods", ("feddg.data", "feddg.nets", "feddg.methods", "feddg.metrics")),
     ("training and evaluation", ("feddg.training", "feddg.evaluation", "feddg.report", "feddg.flare.mla.bundle")),
     ("flare", ("feddg.flare",)),
-    ("tools", ("feddg.jobs", "feddg.cli", "feddg.poc", "feddg.provisioning", "feddg.resume", "feddg.inference")),
+    ("tools", ("feddg.jobs", "feddg.cli", "feddg.poc", "feddg.provisioning", "feddg.resume", "feddg.inference",
+               "feddg.benchmark")),
 ]
 PURE = "feddg.methods"  # imports nothing from the package but itself
 METHOD_FOLDERS = "feddg.flare"  # its sub-packages are method folders, which never import each other

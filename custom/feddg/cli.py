@@ -7,6 +7,7 @@
     feddg segment      segment unlabeled NIfTI scans, masks written in each scan's own geometry
     feddg make-jobs    regenerate the job folders under jobs/ and the consortium files under provisioning/
     feddg simulate     run a job in NVFlare's simulator with the project's site policy installed
+    feddg benchmark    leave-one-site-out sweep of methods x held-out sites x seeds: tables, paired intervals, plots
     feddg install-policy  install the project's site policy into provisioned startup kits
     feddg poc          rehearse a job in a local multi-site POC (prepare, start, submit, wait, download, stop)
     feddg resume-job   continue a stopped run as a new job from its last global model and round
@@ -50,10 +51,18 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_make_jobs(args: argparse.Namespace) -> int:
+    from feddg.config import parse_overrides
+    from feddg.flare.registry import merge
     from feddg.jobs import JOBS, PAPER_SIZE, stale_files, write_job
-
     from feddg.provisioning import stale_projects, write_projects
 
+    if args.overrides and (args.out is None or args.check):
+        raise ValueError("--set writes jobs that differ from the template: give --out DIR (not the committed jobs/) "
+                         "and no --check")
+    if args.overrides and Path(args.out).resolve() == COMMITTED_JOBS.resolve():
+        raise ValueError(f"--set never writes over the committed {COMMITTED_JOBS}: give another --out")
+    args.out = args.out or "jobs"
+    overrides = merge(PAPER_SIZE if args.paper else {}, parse_overrides(args.overrides or []))
     provisioning = Path(args.out).parent / "provisioning"
     if args.check:
         stale = stale_files(Path(args.out)) + stale_projects(provisioning)
@@ -61,8 +70,8 @@ def _cmd_make_jobs(args: argparse.Namespace) -> int:
             print(f"out of date: {path}")
         return 1 if stale else 0
     for name in args.names or JOBS:
-        print(f"wrote {write_job(Path(args.out), name, PAPER_SIZE if args.paper else None)}")
-    if not args.names and not args.paper:
+        print(f"wrote {write_job(Path(args.out), name, overrides or None)}")
+    if not args.names and not overrides:
         for path in write_projects(provisioning):
             print(f"wrote {path}")
     return 0
@@ -103,6 +112,14 @@ def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
 
     from feddg.flare.site_policy import install_resources
 
+    if args.overrides:
+        from feddg.config import parse_overrides
+        from feddg.jobs import override_job
+
+        job = override_job(Path(args.job), parse_overrides(args.overrides),
+                           Path(args.workspace) / "feddg_job" / Path(args.job).resolve().name)
+        print(f"wrote {job}: {args.job} with --set {' '.join(args.overrides)}", flush=True)
+        args.job = str(job)
     local = Path(args.workspace) / "local"
     install_resources(local)
     configured = configure_simulated_sites(Path(args.job), local)
@@ -163,6 +180,9 @@ def deploy_map_sites(job: Path) -> set[str]:
     return names - {"server", "@ALL"}
 
 
+COMMITTED_JOBS = Path(__file__).resolve().parents[2] / "jobs"  # the repository's job folders (a source checkout)
+
+
 def job_component_paths(job: Path) -> set[str]:
     """Every component class the NVFlare configs of the job folder name."""
     from feddg.flare.site_policy import component_paths
@@ -191,6 +211,39 @@ def configure_simulated_sites(job: Path, local_dir: Path) -> tuple[Path, dict] |
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(settings, indent=2) + "\n")
     return path, settings
+
+
+def _cmd_benchmark(args: argparse.Namespace, rest: list[str]) -> int:
+    """The leave-one-site-out sweep (:mod:`feddg.benchmark.sweep`), then its tables, plots and statistics."""
+    from feddg.benchmark.results import write_results
+    from feddg.benchmark.sweep import Protocol, sweep
+    from feddg.config import parse_overrides
+    from feddg.flare.registry import merge, methods
+    from feddg.jobs import TASK_DEFAULTS
+
+    assignments = list(args.overrides or [])
+    if args.data_root:
+        assignments.append(f"data.root={args.data_root}")
+    if args.layout:
+        assignments.append(f"data.layout={args.layout}")
+    overrides = parse_overrides(assignments)
+    protocol = Protocol(args.task, overrides, [a for a in rest if a != "--"])
+    chosen = args.methods.split(",") if args.methods else [m for m, spec in methods().items()
+                                                            if spec.supports(args.task)]
+    sites = merge(TASK_DEFAULTS[args.task]["data"], overrides.get("data", {}))["sites"]
+    held_out = sites if args.held_out in (None, "all") else args.held_out.split(",")
+    unknown = sorted(set(held_out) - set(sites))
+    if unknown:
+        raise ValueError(f"--held-out {unknown}: not among the task's sites {sites}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    records = sweep(Path(args.out), protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed)
+    paths = write_results(Path(args.out), chosen, held_out, args.resamples)
+    print((Path(args.out) / "results.md").read_text())
+    print("wrote " + ", ".join(str(p) for p in (paths["csv"], paths["markdown"], paths["json"], *paths["plots"])))
+    failed = [r["run_id"] for r in records if r["status"] != "ok"]
+    if failed:
+        print(f"{len(failed)} run(s) did not finish: {', '.join(failed)} (see their run.json)", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -260,11 +313,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("simulate", help="run a job in the NVFlare simulator (extra flags go to nvflare simulator)")
     p.add_argument("job", help="a job folder, e.g. jobs/prostate_fedavg")
     p.add_argument("-w", "--workspace", required=True, help="simulator workspace folder")
+    p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
+                   help="change a feddg.yaml setting for this run (repeatable), e.g. --set data.unseen_site=BMC; "
+                        "the job is copied to <workspace>/feddg_job/ with the change")
     p.set_defaults(func=_cmd_simulate, passthrough=True)
 
+    p = sub.add_parser("benchmark", help="leave-one-site-out sweep: methods x held-out sites x seeds, each a "
+                                         "simulator run, then tables, paired intervals and plots (extra flags after "
+                                         "-- go to nvflare simulator)")
+    p.add_argument("--task", required=True, choices=["prostate", "fundus"])
+    p.add_argument("--out", required=True, help="results folder (created; an existing one is resumed)")
+    p.add_argument("--methods", help="comma-separated methods (default: every method of the task)")
+    p.add_argument("--held-out", help="comma-separated held-out sites, or all (default)")
+    p.add_argument("--seeds", default="0", help="comma-separated training seeds (default: 0)")
+    p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
+                   help="a feddg.yaml setting of every run (repeatable), e.g. --set train.rounds=3")
+    p.add_argument("--data-root", help="real data: a folder with one sub-folder per site")
+    p.add_argument("--layout", choices=["saml_nifti", "slice_png", "dofe_png"], help="with --data-root")
+    p.add_argument("--run-timeout", type=float, default=3600, help="seconds a run may take (default: 3600)")
+    p.add_argument("--retry-failed", action="store_true", help="run failed or timed-out runs again")
+    p.add_argument("--resamples", type=int, default=9999, help="bootstrap resamples (default: 9999)")
+    p.set_defaults(func=_cmd_benchmark, passthrough=True)
+
     p = sub.add_parser("make-jobs", help="regenerate the job folders from the template")
-    p.add_argument("--out", default="jobs")
+    p.add_argument("--out", help="folder for the jobs (default: jobs)")
     p.add_argument("--check", action="store_true", help="only report job files that differ from the template")
+    p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
+                   help="change a feddg.yaml setting of every job written (repeatable; only with --out)")
     p.add_argument("--paper", action="store_true", help="the papers' setting (384 px, 100 rounds, batch 5), for GPUs")
     p.add_argument("names", nargs="*")
     p.set_defaults(func=_cmd_make_jobs)

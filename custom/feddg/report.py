@@ -23,6 +23,26 @@ def software_versions() -> dict[str, str]:
     return versions
 
 
+def machine_info() -> dict[str, Any]:
+    """The machine a measurement ran on: CPU model, usable cores, GPU (if torch sees one)."""
+    from feddg.compute import available_cores
+
+    info: dict[str, Any] = {"cpu": platform.processor() or platform.machine(), "cores": available_cores()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+    except ImportError:
+        pass
+    return info
+
+
 def site_rows(
     model_name: str, site: str, role: str, splits: dict[str, dict[str, Any]], label_names: Sequence[str]
 ) -> Iterable[dict[str, Any]]:

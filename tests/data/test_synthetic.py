@@ -363,3 +363,20 @@ def test_leftovers_of_a_killed_run_are_replaced(tmp_path):
     root = ensure_synthetic(cfg)
     assert root == half and (root / MARKER).is_file() and not (root / "BIDMC" / "junk.txt").exists()
     assert _cache_entries(tmp_path) == [root.name]
+
+
+def test_the_held_out_site_gets_its_own_number_of_cases_and_the_others_do_not_change(tmp_path):
+    more = SMALL.model_copy(update={"held_out_cases": 4})
+    plain = synthetic.generate("prostate", tmp_path / "plain", SMALL, ["BMC", "HK"])
+    extra = synthetic.generate("prostate", tmp_path / "extra", more, ["BMC", "HK"], held_out="HK")
+    assert len(list((extra / "HK").glob("Case??.nii.gz"))) == 4 and len(list((extra / "BMC").glob("Case??.nii.gz"))) == 2
+    a, b = _files(plain), _files(extra)
+    assert {k: v for k, v in a.items()} == {k: v for k, v in b.items() if k in a}, "case i must not depend on the count"
+    assert synthetic.cache_key("prostate", SMALL, ["BMC", "HK"]) != synthetic.cache_key("prostate", more, ["BMC", "HK"],
+                                                                                       "HK")
+    assert synthetic.cache_key("prostate", more, ["BMC", "HK"], "HK") != synthetic.cache_key("prostate", more,
+                                                                                           ["BMC", "HK"], "BMC")
+    fundus = synthetic.generate("fundus", tmp_path / "fundus", SMALL.model_copy(update={"held_out_cases": 8}),
+                                ["Domain1", "Domain2"], held_out="Domain1")
+    assert len(list((fundus / "Domain1").rglob("image/*.png"))) == 8
+    assert len(list((fundus / "Domain2").rglob("image/*.png"))) == 2

@@ -44,7 +44,7 @@ def _train_result(weights, kind=DataKind.WEIGHTS, **meta):
 
 
 METRICS = {"val": {"prostate": {"dice": {"mean": 0.7, "std": 0.1}, "hd95": {"mean": float("nan")}},
-                   "loss": 0.3, "cases": 2, "unit": "mm"}}
+                   "loss": 0.3, "n_images": 2, "unit": "mm"}}
 
 
 def test_the_project_payloads_pass(setup):

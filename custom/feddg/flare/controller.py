@@ -327,6 +327,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             "best": {"rounds_trained": self._best["round"], "mean_val_dice": self._best["score"],
                      "selected_by": "mean validation Dice over the training sites' validation splits"},
             "models": evaluations,
+            "reported_model": "final",  # the model a comparison reports (the papers: the final global model); a
+            # method that adds its own model after the rounds names it here (MLA-BIN: "mla")
             "table": rows,
             "history": self._history,
             "config": cfg.to_dict(),

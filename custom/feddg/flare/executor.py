@@ -44,6 +44,7 @@ from feddg.data.errors import DataError
 from feddg.evaluation import evaluate_sliceset, split_loss, validation_scores
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
+from feddg.flare.payloads import with_case_scores
 from feddg.flare.redact import public, scrub
 from feddg.flare.site_config import SiteConfigError, load_site_config
 from feddg.flare.site_info import site_fingerprint
@@ -322,13 +323,13 @@ class FedDGExecutor(Executor):
     # ------------------------------------------------------------------ evaluate
     def _evaluate(self, model: torch.nn.Module, dxo: DXO, fl_ctx: FLContext) -> Shareable:
         cfg = self._cfg
+        share_cases = load_site_config(fl_ctx).share_case_scores
         metrics = {}
         for split in ("val", "test"):
             if len(self._data[split]):
-                metrics[split] = evaluate_sliceset(
-                    model, self._data[split], cfg.data.label_names, self._device, cfg.eval.batch_size,
-                    cfg.eval.largest_component,
-                )["summary"]
+                result = evaluate_sliceset(model, self._data[split], cfg.data.label_names, self._device,
+                                           cfg.eval.batch_size, cfg.eval.largest_component)
+                metrics[split] = with_case_scores(result, cfg.data.label_names, share_cases)
         if not metrics:
             self.log_error(fl_ctx, f"site {self._site}: no validation or test images to evaluate on")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)

@@ -9,14 +9,16 @@ reason that names what is wrong but never carries the values.
   * ``train`` result: DXO ``WEIGHTS`` or ``WEIGHT_DIFF`` with exactly the keys and shapes of the job's network,
       finite numbers (:func:`feddg.flare.updates.check_update`, the one "weights fit the network" check), at most
       a site's parameter budget; meta: scalars under :data:`TRAIN_META`.
-  * ``evaluate`` result: DXO ``METRICS``, nested summaries of scalars; meta :data:`EVALUATE_META`.
+  * ``evaluate`` result: DXO ``METRICS``, nested summaries of scalars, per split; a split's summary may carry the
+      per-case scores under :data:`CASES` (:func:`case_scores`: Dice, HD95 and ASD of each structure by an
+      anonymous index, never a case id or a file name); meta :data:`EVALUATE_META`.
   * ``site_info`` result: DXO ``METRICS`` with two short strings (feddg version, preprocessing hash).
   * every payload (:func:`check_envelope`): nothing outside the DXO and its headers, no arrays in the headers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,6 +43,52 @@ TRAIN_META = {FedDGMeta.NUM_TRAIN_SAMPLES, FedDGMeta.VAL_DICE, FedDGMeta.VAL_LOS
 EVALUATE_META = {FedDGMeta.MODEL_NAME, FedDGMeta.ROUND}
 
 
+CASES = "cases"  # key of the per-case scores in an evaluate result's split summary
+CASE_METRICS = ("dice", "hd95", "asd")
+
+
+def case_scores(cases: Sequence[Mapping[str, Any]], label_names: Sequence[str]) -> dict[str, Any]:
+    """The per-case scores of one split as they travel: ``{"0": {structure: {"dice", "hd95", "asd"}}, "1": ...}``
+    in evaluation order (:func:`feddg.evaluation.evaluate_sliceset`'s ``cases``, whose structures are keyed by index);
+    the case ids and empty-mask flags stay at the site. The index is stable for a site's split across runs of one
+    experiment (the splits do not depend on the method or the seed), which is what pairs two methods' scores."""
+    return {str(i): {name: {m: float(case[str(l)][m]) for m in CASE_METRICS} for l, name in enumerate(label_names)}
+            for i, case in enumerate(cases)}
+
+
+def with_case_scores(result: Mapping[str, Any], label_names: Sequence[str], share: bool) -> dict[str, Any]:
+    """One split's entry of the evaluate result from :func:`feddg.evaluation.evaluate_sliceset`'s output: the
+    summary, plus the per-case scores when the site shares them (its ``share_case_scores``)."""
+    summary = dict(result["summary"])
+    if share:
+        summary[CASES] = case_scores(result["cases"], label_names)
+    return summary
+
+
+def check_case_scores(split: str, summary: Mapping[str, Any]) -> None:
+    """The per-case scores of one split's summary, when present: consecutive indices "0".."n-1", each holding the
+    summary's structures with exactly Dice, HD95 and ASD as finite numbers, as many cases as the summary counts."""
+    cases = summary.get(CASES)
+    if cases is None:
+        return
+    if not isinstance(cases, Mapping):
+        raise PayloadRejected(f"split {split}: the per-case scores are not a mapping")
+    if list(cases) != [str(i) for i in range(len(cases))]:
+        raise PayloadRejected(f"split {split}: per-case scores must be keyed by the indices 0..n-1, nothing else")
+    structures = {k for k, v in summary.items() if isinstance(v, Mapping) and "n_cases" in v}
+    for name in structures:
+        if summary[name]["n_cases"] != len(cases):
+            raise PayloadRejected(f"split {split}: {len(cases)} per-case scores for {summary[name]['n_cases']} cases")
+    for index, case in cases.items():
+        if not isinstance(case, Mapping) or set(case) != structures:
+            raise PayloadRejected(f"split {split}, case {index}: expected the structures {sorted(structures)}")
+        for name, values in case.items():
+            if not isinstance(values, Mapping) or set(values) != set(CASE_METRICS):
+                raise PayloadRejected(f"split {split}, case {index}, {name}: expected exactly {list(CASE_METRICS)}")
+            if not all(_is_finite_number(v) for v in values.values()):
+                raise PayloadRejected(f"split {split}, case {index}, {name}: the scores must be finite numbers")
+
+
 def smallest_cap(*caps: int | None) -> int | None:
     """The tightest of the caps a job and a site set on a payload (None: no cap set)."""
     given = [c for c in caps if c is not None]
@@ -49,6 +97,11 @@ def smallest_cap(*caps: int | None) -> int | None:
 
 class PayloadRejected(ValueError):
     """A payload is not what the task may carry; the message says why (never the values)."""
+
+def _is_finite_number(value: Any) -> bool:
+    return (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+            and bool(np.isfinite(value)))
+
 
 def _is_scalar(value: Any) -> bool:
     if value is None or isinstance(value, (bool, int, float, np.integer, np.floating)):
@@ -132,8 +185,16 @@ def check_train_result(dxo: DXO | None, reference: Mapping[str, np.ndarray], max
 def check_evaluate_result(dxo: DXO | None) -> None:
     """The ``evaluate`` result: metric summaries of the model it received."""
     dxo = required(dxo)
-    check_metrics_payload(dxo)
+    check_split_summaries(dxo)
     check_scalar_meta(dxo, EVALUATE_META)
+
+
+def check_split_summaries(dxo: DXO) -> None:
+    """METRICS holding one summary per split, each with its per-case scores when present (:func:`case_scores`)."""
+    check_metrics_payload(dxo)
+    for split, summary in dxo.data.items():
+        if isinstance(summary, Mapping):
+            check_case_scores(split, summary)
 
 
 def check_site_info_result(dxo: DXO | None) -> None:

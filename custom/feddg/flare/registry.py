@@ -17,6 +17,7 @@ from typing import Any
 
 from feddg.flare.elcfs.part import PART as ELCFS
 from feddg.flare.fedavg.part import PART as FEDAVG
+from feddg.flare.fedprox.part import PART as FEDPROX
 from feddg.flare.ga.part import PART as GA
 from feddg.flare.gradalign.part import PART as GRADALIGN
 from feddg.flare.method_spec import Component, EgressCheck, MethodPart, SiteLimit, TaskFilter
@@ -205,10 +206,11 @@ BIN_NET = MethodPart(experiment={"model": {"bin_levels": 3}})
 
 for _method in (
     Method("fedavg", (FEDAVG,)),
+    Method("fedprox", (FEDAVG, FEDPROX)),
     Method("ga", (GA,)),
     Method("gradalign", (GRADALIGN,)),
     Method("elcfs", (FEDAVG, ELCFS)),
-    Method("elcfs_ga", (GA, ELCFS), data_tasks=("prostate",)),
+    Method("elcfs_ga", (GA, ELCFS)),
     Method("mlabin", (FEDAVG, BIN_NET, MLA)),
 ):
     register(_method)

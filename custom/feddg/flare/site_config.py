@@ -9,9 +9,12 @@ optional::
                                       // smaller wins. Absent or null: the job decides.
       "share_local_model": false,     // MLA: let the server keep this site's last local model and ship it in the
                                       // MLA bundle. Absent: false.
-      "num_threads": 4                // CPU threads of this site's job process (torch and OpenMP). Absent or
+      "num_threads": 4,               // CPU threads of this site's job process (torch and OpenMP). Absent or
                                       // null: the host's cores shared by the site processes that run on it
                                       // (feddg.compute: all of them in a real deployment, one site per host).
+      "share_case_scores": true       // send each evaluated case's Dice/HD95/ASD (by an anonymous index, never
+                                      // a case id) with the summaries, for paired statistics between methods.
+                                      // Absent: true. false: summaries only.
     }
 
 The file is validated with the same strict schema rules as ``feddg.yaml`` (:mod:`feddg.config`): unknown keys,
@@ -43,6 +46,7 @@ class SiteConfig(BaseModel):
     amplitude_bank_images: Annotated[int, Field(ge=0)] | None = None
     share_local_model: bool = False
     num_threads: Annotated[int, Field(ge=1)] | None = None
+    share_case_scores: bool = True
 
 
 def read_site_config(path: str) -> SiteConfig:

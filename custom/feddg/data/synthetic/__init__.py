@@ -96,11 +96,15 @@ def _check(task: str, cfg: SyntheticConfig, sites: Sequence[str] | None) -> list
         raise ValueError(f"synthetic.size: must be >= 16 px, got {cfg.size}")
     if task == "fundus":
         fundus_split(cfg.cases_per_site)
+        if cfg.held_out_cases is not None:
+            fundus_split(cfg.held_out_cases)
     return chosen
 
 
-def generate(task: str, out_dir: Path, cfg: SyntheticConfig, sites: Sequence[str] | None = None) -> Path:
-    """Write the synthetic ``task`` data set for ``sites`` (default: all of the task's sites).
+def generate(task: str, out_dir: Path, cfg: SyntheticConfig, sites: Sequence[str] | None = None,
+             held_out: str | None = None) -> Path:
+    """Write the synthetic ``task`` data set for ``sites`` (default: all of the task's sites); the site
+    ``held_out`` gets ``cfg.held_out_cases`` cases when that is set.
 
     Prostate goes into the SAML NIfTI layout, fundus into the DoFE PNG layout (see the module
     docstring). Existing files of the same names are overwritten. Returns ``out_dir``.
@@ -110,18 +114,22 @@ def generate(task: str, out_dir: Path, cfg: SyntheticConfig, sites: Sequence[str
     out_dir.mkdir(parents=True, exist_ok=True)
     site_fn = generate_prostate_site if task == "prostate" else generate_fundus_site
     for site in chosen:
-        site_fn(out_dir, site, cfg)
+        more = site == held_out and cfg.held_out_cases is not None
+        site_fn(out_dir, site, cfg.model_copy(update={"cases_per_site": cfg.held_out_cases}) if more else cfg)
     return out_dir
 
 
-def cache_key(task: str, cfg: SyntheticConfig, sites: Sequence[str]) -> str:
-    """Short hash naming a generated set: generator version, task, SyntheticConfig and the site set."""
+def cache_key(task: str, cfg: SyntheticConfig, sites: Sequence[str], held_out: str | None = None) -> str:
+    """Short hash naming a generated set: generator version, task, SyntheticConfig, the site set and, when it gets
+    its own number of cases, the held-out site."""
     payload = {
         "version": GENERATOR_VERSION,
         "task": task,
-        "synthetic": cfg.model_dump(),
+        "synthetic": cfg.model_dump(exclude={"held_out_cases"} if cfg.held_out_cases is None else set()),
         "sites": sorted(sites),  # the files do not depend on the order
     }
+    if cfg.held_out_cases is not None:
+        payload["held_out"] = held_out
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -154,8 +162,9 @@ def ensure_synthetic(cfg: DataConfig) -> Path:
         )
     sites = sorted(cfg.sites, key=SITES[task].index)
     _check(task, cfg.synthetic, sites)
+    held_out = cfg.unseen_site if cfg.synthetic.held_out_cases is not None else None
     parent = cfg.resolved_cache_dir() / "synthetic"
-    final = parent / f"{task}-{cache_key(task, cfg.synthetic, sites)}"
+    final = parent / f"{task}-{cache_key(task, cfg.synthetic, sites, held_out)}"
     if (final / MARKER).is_file():
         return final
     parent.mkdir(parents=True, exist_ok=True)
@@ -170,13 +179,14 @@ def ensure_synthetic(cfg: DataConfig) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=parent))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private (0700); the renamed cache is shared
         try:
-            generate(task, tmp, cfg.synthetic, sites)
+            generate(task, tmp, cfg.synthetic, sites, held_out)
             marker = {
                 "generator_version": GENERATOR_VERSION,
                 "task": task,
                 "layout": TASK_LAYOUTS[task],
                 "sites": sites,
                 "synthetic": cfg.synthetic.model_dump(),
+                "held_out": held_out,
             }
             (tmp / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
             os.replace(tmp, final)

@@ -455,8 +455,8 @@ def evaluate_with_bundle(
 
     Returns:
         ({split: summary}, info): the summaries are :func:`~feddg.evaluation.evaluate_sliceset`'s; info holds
-        ``weights`` {site: D^w_i}, ``weights_from`` (the split), ``n_images`` (images that gave the weights) and
-        ``mode``.
+        ``weights`` {site: D^w_i}, ``weights_from`` (the split), ``n_images`` (images that gave the weights),
+        ``mode`` and ``cases`` ({split: the per-case results}).
     """
     mode = mode or bundle.attention_mode
     if mode not in MODES:
@@ -465,12 +465,12 @@ def evaluate_with_bundle(
         raise ValueError(f"no {weight_split!r} images to compute the attention weights from")
     label_names = bundle.config.data.label_names
     weight_images = splits[weight_split].images
-    metrics: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, Any]] = {}
     if mode == "mean":
         w = bundle.weights(weight_images, "mean")
         model = bundle.model_for(w).to(device)
         for name, s in splits.items():
-            metrics[name] = evaluate_sliceset(model, s, label_names, device, batch_size, largest_component)["summary"]
+            results[name] = evaluate_sliceset(model, s, label_names, device, batch_size, largest_component)
     else:
         w = bundle.weights(weight_images, "per_image").mean(axis=0)
         states = [bundle.local_states[site] for site in bundle.sites]
@@ -481,7 +481,8 @@ def evaluate_with_bundle(
             for i in range(len(s)):
                 model.load_state_dict(combine_state_dicts(states, per_image[i], labels=bundle.sites))
                 logits.append(predict_logits(model, s.images[i : i + 1], device, batch_size))
-            metrics[name] = score_logits(np.concatenate(logits), s, label_names, largest_component)["summary"]
+            results[name] = score_logits(np.concatenate(logits), s, label_names, largest_component)
     info = {"weights": {site: float(v) for site, v in zip(bundle.sites, w)}, "weights_from": weight_split,
-            "n_images": int(len(weight_images)), "mode": mode}
-    return metrics, info
+            "n_images": int(len(weight_images)), "mode": mode,
+            "cases": {name: r["cases"] for name, r in results.items()}}
+    return {name: r["summary"] for name, r in results.items()}, info

@@ -41,7 +41,7 @@ from feddg.flare.mla.payloads import (
     check_feature_request,
     feature_matrix_dxo,
 )
-from feddg.flare.payloads import PayloadRejected
+from feddg.flare.payloads import PayloadRejected, with_case_scores
 from feddg.flare.site_config import load_site_config
 from feddg.methods.mla.encoders import build_feature_encoder, encode, global_model_encoder
 from feddg.seeds import round_seed
@@ -146,6 +146,9 @@ class MLAExecutor(FedDGExecutor):
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
         metrics, info = evaluate_with_bundle(bundle, splits, weight_split, self._device, cfg.eval.batch_size,
                                              cfg.eval.largest_component)
+        share_cases = load_site_config(fl_ctx).share_case_scores
+        metrics = {split: with_case_scores({"summary": summary, "cases": info["cases"][split]},
+                                           cfg.data.label_names, share_cases) for split, summary in metrics.items()}
         weights = ", ".join(f"{s} {w:.3f}" for s, w in info["weights"].items())
         self.log_info(fl_ctx, f"site {site}: MLA attention weights from {info['n_images']} {weight_split} images "
                               f"({info['mode']}): {weights}; evaluated the combined model on {sorted(metrics)}")

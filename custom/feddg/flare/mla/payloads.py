@@ -25,7 +25,7 @@ import numpy as np
 from nvflare.apis.dxo import DXO
 
 from feddg.flare.payloads import (EVALUATE_META, NVFLARE_META, PayloadRejected, check_declared_meta,
-                                  check_metrics_payload, check_scalar_meta, required)
+                                  check_scalar_meta, check_split_summaries, required)
 from feddg.methods.mla.features import check_feature_matrix
 
 
@@ -164,7 +164,7 @@ def check_mla_evaluate_result(dxo: DXO | None) -> None:
     """The ``mla_evaluate`` result: metric summaries of the attention-combined model and the site's attention
     weights (a short list of scalars in the meta)."""
     dxo = required(dxo)
-    check_metrics_payload(dxo)
+    check_split_summaries(dxo)
     check_scalar_meta(dxo, MLA_EVALUATE_META, max_list=64)
 
 

@@ -301,6 +301,7 @@ class MLAWorkflow(ServerPhase):
             print(f"\nMLA skipped: {summary['skipped']} (JSON: {path})\n", flush=True)
             return
         report.setdefault("models", {})[MLA_MODEL_NAME] = evaluation
+        report["reported_model"] = MLA_MODEL_NAME  # MLA-BIN's result is the attention-combined model
         order = [*cfg.data.train_sites, cfg.data.unseen_site]
         rows = [r for r in report.get("table", []) if r.get("model") != MLA_MODEL_NAME]
         mla_rows = evaluation_rows({MLA_MODEL_NAME: evaluation}, order, cfg.data.label_names)

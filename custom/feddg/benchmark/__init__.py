@@ -1,0 +1,1 @@
+"""Leave-one-site-out benchmark helpers: paired statistics over per-case scores."""

@@ -1,0 +1,104 @@
+"""The leave-one-site-out sweep end to end on a tiny fundus protocol: real simulator runs, outputs with finite numbers
+for every cell, resume without redoing a run, a failing run recorded and the sweep going on, another protocol
+refused; and `--set` on a job whose amplitude windows depend on the image size."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from feddg.cli import main
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--set", "train.rounds=1", "--set", "train.local_epochs=1", "--set", "data.image_size=32",
+        "--set", "data.synthetic.cases_per_site=4", "--set", "data.synthetic.held_out_cases=6",
+        "--set", "data.synthetic.size=32", "--set", "model.features=[8,8,16,32,64,8]", "--set", "eval.batch_size=8"]
+SWEEP = ["benchmark", "--task", "fundus", "--methods", "fedavg,ga", "--held-out", "Domain1,Domain2", "--seeds", "0",
+         "--resamples", "500", "--run-timeout", "600", *TINY]
+
+
+def test_sweep_outputs_resume_failure_and_protocol(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDDG_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "results"
+    assert main([*SWEEP, "--out", str(out)]) == 0
+
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    assert runs == ["fundus_fedavg_Domain1_seed0", "fundus_fedavg_Domain2_seed0", "fundus_ga_Domain1_seed0",
+                    "fundus_ga_Domain2_seed0"]
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    held = [r for r in rows if r["site"] == r["held_out"] and r["split"] == "test" and r["model"] == "final"]
+    assert {(r["method"], r["held_out"], r["structure"], r["metric"]) for r in held} == {
+        (m, s, n, k) for m in ("fedavg", "ga") for s in ("Domain1", "Domain2") for n in ("disc", "cup")
+        for k in ("dice", "hd95", "asd")}
+    assert all(math.isfinite(float(r["mean"])) for r in held)
+    assert all(int(r["n_cases"]) == 6 for r in held), "the held-out site has its own, larger number of cases"
+    table = (out / "results.md").read_text()
+    for view in ("Dice, disc", "Dice, cup", "Dice, mean", "HD95 (px), mean", "ASD (px), cup", "difference to fedavg"):
+        assert view in table
+    ga_row = next(line for line in table.splitlines() if line.startswith("| ga |") and "[" in line)
+    assert ga_row.count("[") == 3  # Domain1, Domain2 and the average have intervals
+    for name in ("validation_dice.png", "ga_weights.png", "held_out_dice.png"):
+        assert (out / "plots" / name).stat().st_size > 1000
+    results = json.loads((out / "results.json").read_text())
+    assert results["machine"]["cores"] >= 1 and results["versions"]["nvflare"] == "2.9.0"
+    average = results["comparisons"]["methods"]["ga"]["average"]
+    assert math.isfinite(average["mean"]) and average["low"] <= average["mean"] <= average["high"]
+    record = json.loads((out / "runs" / "fundus_ga_Domain2_seed0" / "run.json").read_text())
+    assert record["config"]["data"]["unseen_site"] == "Domain2" and record["config"]["train"]["seed"] == 0
+    cases = record["report"]["models"]["final"]["sites"]["Domain2"]["splits"]["test"]["cases"]
+    assert list(cases) == [str(i) for i in range(6)] and "png" not in json.dumps(cases)
+    assert not (out / "runs" / "fundus_ga_Domain2_seed0" / "ws").exists(), "no model files are kept"
+
+    # Resume: nothing is run again and the numbers stay the same.
+    before = (out / "results.csv").read_text()
+    stamp = (out / "runs" / "fundus_fedavg_Domain1_seed0" / "run.json").stat().st_mtime_ns
+    assert main([*SWEEP, "--out", str(out)]) == 0
+    assert (out / "runs" / "fundus_fedavg_Domain1_seed0" / "run.json").stat().st_mtime_ns == stamp
+    assert (out / "results.csv").read_text() == before
+
+    # Another protocol in the same folder is refused by name.
+    other = [*SWEEP, "--out", str(out), "--set", "train.lr=0.01"]
+    assert main(other) == 2
+
+    # A failing run (a data root without the sites) is recorded as failed, and the sweep goes on to the next.
+    broken = tmp_path / "broken"
+    (broken / "Domain1").mkdir(parents=True)
+    code = main(["benchmark", "--task", "fundus", "--methods", "fedavg", "--held-out", "Domain1,Domain2",
+                 "--resamples", "200", "--run-timeout", "300", *TINY, "--data-root", str(broken),
+                 "--out", str(tmp_path / "failing")])
+    assert code == 1
+    for site in ("Domain1", "Domain2"):
+        record = json.loads((tmp_path / "failing" / "runs" / f"fundus_fedavg_{site}_seed0" / "run.json").read_text())
+        assert record["status"] == "failed" and Path(record["log"]).exists()
+    assert "failed" in (tmp_path / "failing" / "results.md").read_text()
+
+
+def test_an_unknown_override_is_refused_by_name(tmp_path, capsys):
+    assert main([*SWEEP, "--out", str(tmp_path / "x"), "--set", "train.roundz=3"]) == 2
+    assert "train.roundz: unknown key" in capsys.readouterr().err
+    assert not (tmp_path / "x" / "runs").exists()
+
+
+def test_simulate_with_a_larger_image_size_runs_the_elcfs_exchange(tmp_path, synthetic_root):
+    """The amplitude windows follow data.image_size at run time: --set data.image_size=256 on an ELCFS job must not
+    block the exchange (it did when the window was frozen into the job's filters)."""
+    ws = tmp_path / "ws"
+    command = [sys.executable, "-m", "feddg.cli", "simulate", "jobs/fundus_elcfs", "-w", str(ws),
+               "--set", "data.image_size=256", "--set", f"data.root={synthetic_root['fundus']}",
+               "--set", "train.rounds=1", "--set", "train.local_epochs=1", "--set", "model.features=[8,8,16,32,64,8]",
+               "--set", "data.sites=[Domain1,Domain2,Domain3]"]
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((ws / "server" / "simulate_job" / "feddg_report.json").read_text())
+    assert report["config"]["data"]["image_size"] == 256
+    assert (ws / "Domain2" / "simulate_job" / "feddg_site_state" / "amplitude_bank.npz").exists()
+    meta = json.loads((ws / "feddg_job" / "fundus_elcfs" / "meta.json").read_text())
+    assert meta["deploy_map"]["app"] == ["server", "Domain1", "Domain2", "Domain3"] and meta["min_clients"] == 2

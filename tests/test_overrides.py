@@ -1,0 +1,61 @@
+"""--set overrides: parsed as YAML values into nested settings, validated by the schema as a whole, applied to a copy
+of a job whose meta.json follows the sites; never written over the committed jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from feddg.cli import main
+from feddg.config import ConfigError, load_config, parse_overrides
+from feddg.jobs import override_job
+
+JOBS = Path(__file__).resolve().parents[1] / "jobs"
+
+
+def test_values_are_read_as_yaml_into_nested_settings():
+    assert parse_overrides(["train.rounds=20", "train.lr=1e-3", "data.root=null", "data.sites=[BMC, HK, UCL]",
+                            "data.root=/data/prostate", "train.augment=false"]) == {
+        "train": {"rounds": 20, "lr": 0.001, "augment": False},
+        "data": {"root": "/data/prostate", "sites": ["BMC", "HK", "UCL"]}}
+
+
+@pytest.mark.parametrize("bad, reason", [("train.rounds", "expected section.key=value"),
+                                         ("=3", "expected section.key=value"),
+                                         ("train..rounds=3", "expected section.key=value"),
+                                         ("train.rounds=[1", "cannot read the value")])
+def test_malformed_assignments_are_refused(bad, reason):
+    with pytest.raises(ConfigError, match=reason):
+        parse_overrides([bad])
+
+
+def test_a_job_copy_with_overrides_is_consistent(tmp_path):
+    out = override_job(JOBS / "prostate_ga", parse_overrides(["data.sites=[BMC, HK, RUNMC]", "train.rounds=2"]),
+                       tmp_path / "job")
+    cfg = load_config(out / "app" / "config" / "feddg.yaml")
+    assert cfg.data.sites == ["BMC", "HK", "RUNMC"] and cfg.train.rounds == 2 and cfg.data.unseen_site == "RUNMC"
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["deploy_map"] == {"app": ["server", "BMC", "HK", "RUNMC"]} and meta["min_clients"] == 2
+    assert (out / "app" / "config" / "config_fed_server.json").read_text() == \
+        (JOBS / "prostate_ga" / "app" / "config" / "config_fed_server.json").read_text()
+
+
+@pytest.mark.parametrize("assignment, reason", [("train.roundz=3", "train.roundz: unknown key"),
+                                                ("train.rounds=twenty", "train.rounds: input should be a valid"),
+                                                ("data.unseen_site=Nowhere", "data.unseen_site: 'Nowhere' is not")])
+def test_a_wrong_override_is_refused_by_name(tmp_path, assignment, reason):
+    with pytest.raises(ConfigError, match=reason):
+        override_job(JOBS / "prostate_ga", parse_overrides([assignment]), tmp_path / "job")
+    assert not (tmp_path / "job").exists()
+
+
+def test_make_jobs_writes_overrides_only_elsewhere(tmp_path, capsys):
+    assert main(["make-jobs", "--set", "train.rounds=3"]) == 2
+    assert main(["make-jobs", "--out", str(JOBS), "--set", "train.rounds=3"]) == 2
+    assert "never writes over the committed" in capsys.readouterr().err
+    assert main(["make-jobs", "--out", str(tmp_path), "--set", "data.unseen_site=BMC", "prostate_fedprox"]) == 0
+    cfg = load_config(tmp_path / "prostate_fedprox" / "app" / "config" / "feddg.yaml")
+    assert cfg.data.unseen_site == "BMC" and cfg.train.fedprox_mu == 0.01
+    assert not (tmp_path / "provisioning").exists()
