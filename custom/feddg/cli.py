@@ -116,8 +116,10 @@ def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
         from feddg.config import parse_overrides
         from feddg.jobs import override_job
 
+        # Beside the workspace, not in it: the simulator clears its workspace when it starts.
+        workspace = Path(args.workspace).resolve()
         job = override_job(Path(args.job), parse_overrides(args.overrides),
-                           Path(args.workspace) / "feddg_job" / Path(args.job).resolve().name)
+                           workspace.with_name(f"{workspace.name}_job") / Path(args.job).resolve().name)
         print(f"wrote {job}: {args.job} with --set {' '.join(args.overrides)}", flush=True)
         args.job = str(job)
     local = Path(args.workspace) / "local"
@@ -315,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-w", "--workspace", required=True, help="simulator workspace folder")
     p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
                    help="change a feddg.yaml setting for this run (repeatable), e.g. --set data.unseen_site=BMC; "
-                        "the job is copied to <workspace>/feddg_job/ with the change")
+                        "the job is copied to <workspace>_job/ with the change")
     p.set_defaults(func=_cmd_simulate, passthrough=True)
 
     p = sub.add_parser("benchmark", help="leave-one-site-out sweep: methods x held-out sites x seeds, each a "

@@ -100,5 +100,5 @@ def test_simulate_with_a_larger_image_size_runs_the_elcfs_exchange(tmp_path, syn
     report = json.loads((ws / "server" / "simulate_job" / "feddg_report.json").read_text())
     assert report["config"]["data"]["image_size"] == 256
     assert (ws / "Domain2" / "simulate_job" / "feddg_site_state" / "amplitude_bank.npz").exists()
-    meta = json.loads((ws / "feddg_job" / "fundus_elcfs" / "meta.json").read_text())
+    meta = json.loads((tmp_path / "ws_job" / "fundus_elcfs" / "meta.json").read_text())
     assert meta["deploy_map"]["app"] == ["server", "Domain1", "Domain2", "Domain3"] and meta["min_clients"] == 2
