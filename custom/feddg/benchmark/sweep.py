@@ -115,9 +115,9 @@ def prepare_folder(out: Path, protocol: Protocol) -> None:
 
 
 def plan(protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], seeds: Sequence[int]) -> list[Run]:
-    """The runs, methods outermost; each validated before anything runs (an unknown method, site or key fails
-    here, naming it)."""
-    runs = [Run(protocol.task, m, h, s) for m in methods for h in held_out for s in seeds]
+    """The runs, held-out sites outermost (an interrupted sweep leaves whole columns of the table); each validated
+    before anything runs (an unknown method, site or key fails here, naming it)."""
+    runs = [Run(protocol.task, m, h, s) for h in held_out for m in methods for s in seeds]
     for run in runs:
         run_experiment(protocol, run)
     return runs
