@@ -211,6 +211,8 @@ def markdown(records: Sequence[dict[str, Any]], stats: dict[str, Any], methods: 
     for method, entry in stats["methods"].items():
         row = [entry["sites"][s].format() if s in entry["sites"] else "-" for s in held_out]
         average = entry["average"].format() if "average" in entry else "-"
+        if "average" in entry and len(entry["sites"]) < len(held_out):  # say over what, never pass a part as all
+            average += f" ({len(entry['sites'])} of {len(held_out)} sites)"
         holm_p = f"{entry['holm_p']:.3f}" if "holm_p" in entry else "-"
         lines.append(f"| {method} | " + " | ".join(row) + f" | {average} | {holm_p} |")
     lines.append("")
