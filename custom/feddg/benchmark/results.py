@@ -244,7 +244,8 @@ def plots(records: Sequence[dict[str, Any]], out: Path, methods: Sequence[str], 
             ax.plot(range(n), np.mean([c[:n] for c in curves], axis=0), marker="o", label=method)
     ax.set(xlabel="round", ylabel="mean validation Dice of the received model",
            title="Validation Dice per round (mean over held-out sites and seeds)")
-    ax.legend(fontsize=8)
+    if ax.lines:  # no finished run: an empty frame, without a legend
+        ax.legend(fontsize=8)
     written.append(_save(fig, out / "validation_dice.png"))
 
     ga_runs = [r for r in ok if r.get("ga_weights", {}).get("history")]

@@ -128,9 +128,27 @@ def _progress_round(ws: Path) -> int | None:
     return progress.get("rounds_completed")
 
 
+# NVFlare 2.9's simulator picks a free port, frees it, and has a child process bind it; another process on the host
+# can take it in between, and the simulator then waits for a child that never connects. A run that failed that way
+# is run once more (its record counts the attempts); any other failure is the run's own.
+PORT_RACE = "Address already in use"
+
+
 def execute(run: Run, protocol: Protocol, out: Path, timeout: float,
             report: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run one cell in the simulator and record its outcome in ``out/runs/<id>/run.json``."""
+    """Run one cell in the simulator (twice at most, see :data:`PORT_RACE`) and record its outcome in
+    ``out/runs/<id>/run.json``."""
+    record = _execute_once(run, protocol, out, timeout, report)
+    if record["status"] != "ok" and PORT_RACE in Path(record["log"]).read_text(errors="replace"):
+        report(f"    {run.run_id}: the simulator lost a port to another process ({PORT_RACE}); running it again")
+        record = _execute_once(run, protocol, out, timeout, report)
+        record["attempts"] = 2
+        write_json(out / "runs" / run.run_id / RUN_FILE, record, indent=2)
+    return record
+
+
+def _execute_once(run: Run, protocol: Protocol, out: Path, timeout: float,
+                  report: Callable[[str], None]) -> dict[str, Any]:
     from feddg.jobs import write_job
 
     folder = out / "runs" / run.run_id
