@@ -149,14 +149,15 @@ def execute(run: Run, protocol: Protocol, out: Path, timeout: float,
 
 def _execute_once(run: Run, protocol: Protocol, out: Path, timeout: float,
                   report: Callable[[str], None]) -> dict[str, Any]:
-    from feddg.jobs import write_job
+    from feddg.jobs import experiment, write_job
 
     folder = out / "runs" / run.run_id
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    exp = run_experiment(protocol, run)
-    job = write_job(folder, f"{run.task}_{run.method}", run_overrides(protocol, run))
+    delta = run_overrides(protocol, run)
+    exp = experiment(run.task, run.method, delta)
+    job = write_job(folder, f"{run.task}_{run.method}", delta)
     ws, log = folder / "ws", folder / "simulate.log"
     rounds = exp["train"]["rounds"]
     command = [sys.executable, "-m", "feddg.cli", "simulate", str(job), "-w", str(ws), *protocol.simulator_args]
