@@ -195,6 +195,21 @@ def download(poc: POC, job_id: str, out_dir: Path) -> Path:
     return reports[0]
 
 
+def server_errors(poc: POC, job_id: str, out_dir: Path, limit: int = 30) -> str:
+    """The ERROR lines (and tracebacks) of the server's log of a finished job, downloaded into ``out_dir``: what a
+    status other than ``FINISHED:COMPLETED`` needs to be understood without opening the POC's folders."""
+    try:
+        admin(poc, ["download", job_id, "-o", str(out_dir), "--force"], 600, "job download")
+    except RehearsalError as e:
+        return f"(the job's logs could not be downloaded: {e})"
+    logs = sorted(Path(out_dir).rglob("workspace/log.txt"))
+    if not logs:
+        return f"(no server log in the download of job {job_id} at {out_dir})"
+    lines = [line for line in logs[0].read_text(errors="replace").splitlines()
+             if " ERROR " in line or " CRITICAL " in line or "Traceback" in line or "Error:" in line]
+    return "\n".join(lines[-limit:]) or f"(no ERROR line in {logs[0]})"
+
+
 def _run(cmd: list[str], env: dict[str, str], timeout: float, step: str, check: bool = True) -> str:
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -220,8 +235,9 @@ def rehearse(job: Path, workspace: Path, timeout: float = 1800) -> dict:
         print(f"job {job_id} submitted; waiting up to {timeout:.0f} s", flush=True)
         status = wait(poc, job_id, timeout)
         if status != "FINISHED:COMPLETED":
-            raise RehearsalError(f"job {job_id} ended with {status}; logs: nvflare job logs {job_id} (server and "
-                                 f"sites: {poc.workspace / 'logs'})")
+            errors = server_errors(poc, job_id, poc.workspace / "results" / job_id)
+            raise RehearsalError(f"job {job_id} ended with {status}; the server's errors:\n{errors}\n(logs: "
+                                 f"{poc.workspace / 'results' / job_id}, sites: {poc.workspace / 'logs'})")
         report_path = download(poc, job_id, poc.workspace / "results" / job_id)
         report = json.loads(report_path.read_text())
         print(f"\n{job.name} in the POC, unseen site {report['unseen_site']} (report: {report_path})\n"

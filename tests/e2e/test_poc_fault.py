@@ -4,6 +4,13 @@ NVFlare 2.9 lets a job whose client died end only after the server declares that
 ``heart_beat_timeout``, 600 s in a provisioned kit; this drill sets 30 s), and then marks it FINISHED:ABNORMAL
 because the dead site never reported its end. The leave-one-site-out workflow itself finishes first: the rounds go
 on with the sites that answer (``train.min_sites``), evaluation and report are written, and the result downloads.
+
+Where the site dies while its update is streaming to the server (the drill's rounds take under a second; seen in
+CI and in one of three runs here), NVFlare 2.9 keeps the half-received update until the job ends, then its server
+job process exits on purpose ("failed to decode streamed submit_update ... exiting job process to fail the job",
+``fuel/f3/cellnet/cell.py``) and the job reads FINISHED:EXECUTION_EXCEPTION. The rounds, the evaluation and the
+report were complete before that exit, so the drill accepts that status with exactly that cause, and checks the
+same result.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import pytest
 
 from feddg.inference import load_checkpoint
 from feddg.jobs import write_job
-from feddg.poc import download, prepare, start, stop, submit, wait
+from feddg.poc import download, prepare, server_errors, start, stop, submit, wait
 from tests.e2e.test_poc_drills import SITES, _experiment
 
 pytestmark = pytest.mark.slow
@@ -45,7 +52,12 @@ def test_fault_drill_a_training_site_dies_mid_job_and_the_rest_finish(tmp_path):
         victim = p.processes[1 + SITES.index("BMC")]
         for proc in [*psutil.Process(victim.pid).children(recursive=True), psutil.Process(victim.pid)]:
             proc.kill()
-        assert wait(p, job_id, 900) in ("FINISHED:COMPLETED", "FINISHED:ABNORMAL")
+        status = wait(p, job_id, 900)
+        if status == "FINISHED:EXECUTION_EXCEPTION":  # BMC died while its update was streaming (NVFlare 2.9)
+            errors = server_errors(p, job_id, tmp_path / "failed")
+            assert "failed to decode streamed submit_update" in errors, errors
+        else:
+            assert status in ("FINISHED:COMPLETED", "FINISHED:ABNORMAL"), server_errors(p, job_id, tmp_path / "failed")
         report = json.loads(download(p, job_id, tmp_path / "result").read_text())
         history = report["history"]
         assert len(history) == 4 and history[-1]["sites"] == ["BIDMC"]  # BMC gone, the round went on
