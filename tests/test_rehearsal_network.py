@@ -1,0 +1,99 @@
+"""The rehearsal's test network (feddg.rehearsal.network), made for real: namespaces, veths, one bridge."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from feddg.rehearsal.network import NetworkError, RehearsalNetwork, check_subnet
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
+                                reason="network namespaces need root and iproute2")
+SERVER = "feddg-server.rehearsal.test"
+
+
+def _plan(tmp_path: Path, subnet: str = "198.19.7.0/24") -> RehearsalNetwork:
+    return RehearsalNetwork.plan([SERVER, "BIDMC", "admins"], SERVER, tmp_path, subnet=subnet)
+
+
+def test_plan_names_fit_the_kernel_and_addresses_are_distinct(tmp_path):
+    net = _plan(tmp_path)
+    assert all(len(h.port) <= 15 for h in net.hosts.values()) and len(net.bridge) <= 15
+    assert len({h.address for h in net.hosts.values()}) == 3
+    assert len({h.namespace for h in net.hosts.values()}) == 3
+    with pytest.raises(NetworkError, match="not among the participants"):
+        RehearsalNetwork.plan(["BIDMC"], SERVER, tmp_path)
+
+
+@needs_root
+def test_a_subnet_outside_the_benchmark_range_or_on_a_route_is_refused(tmp_path):
+    with pytest.raises(NetworkError, match="198.18.0.0/15"):
+        check_subnet("10.20.0.0/24")
+    subprocess.run(["ip", "link", "add", "fdgtestdum", "type", "bridge"], check=True)
+    try:
+        subprocess.run(["ip", "addr", "add", "198.19.200.1/24", "dev", "fdgtestdum"], check=True)
+        with pytest.raises(NetworkError, match="fdgtestdum"):
+            check_subnet("198.19.200.0/25")
+        check_subnet("198.19.201.0/24")  # the next one is free
+    finally:
+        subprocess.run(["ip", "link", "del", "fdgtestdum"], check=False)
+
+
+@needs_root
+def test_the_network_connects_its_hosts_isolates_them_and_cuts_a_link(tmp_path):
+    net = _plan(tmp_path)
+    listener = None
+    try:
+        net.create()
+        net.verify_isolated()
+        # the server's name resolves inside the namespaces only
+        assert net.hosts[SERVER].address in net.command("BIDMC", ["getent", "hosts", SERVER]).stdout
+        assert subprocess.run(["getent", "hosts", SERVER], capture_output=True).returncode != 0
+        server = net.hosts[SERVER]
+        code = ("import socket,time\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
+                f"s.bind(('{server.address}',18002));s.listen(8)\nend=time.time()+60\ns.settimeout(1)\n"
+                "while time.time()<end:\n try:\n  c,_=s.accept();c.close()\n except OSError:\n  pass\n")
+        listener = subprocess.Popen(net.prefix(SERVER) + [sys.executable, "-c", code])
+        deadline = time.monotonic() + 20
+        while not net.can_reach("BIDMC", SERVER, 18002) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert net.can_reach("BIDMC", SERVER, 18002)
+        net.link("BIDMC", up=False)
+        assert not net.can_reach("BIDMC", SERVER, 18002, timeout=1.0)
+        assert net.can_reach("admins", SERVER, 18002)  # only BIDMC's link is down
+        net.link("BIDMC", up=True)
+        deadline = time.monotonic() + 20
+        while not net.can_reach("BIDMC", SERVER, 18002) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert net.can_reach("BIDMC", SERVER, 18002)
+        # a default route in one namespace is found and named
+        subprocess.run(["ip", "-n", net.hosts["admins"].namespace, "route", "add", "default", "dev", "eth0"],
+                       check=True)
+        with pytest.raises(NetworkError, match="admins: a default route"):
+            net.verify_isolated()
+    finally:
+        if listener is not None:
+            listener.kill()
+            listener.wait(10)
+        left = net.teardown()
+    assert left == []
+    assert not any(Path("/run/netns", h.namespace).exists() for h in net.hosts.values())
+    assert subprocess.run(["ip", "link", "show", net.bridge], capture_output=True).returncode != 0
+    assert not any(Path("/etc/netns", h.namespace).exists() for h in net.hosts.values())
+
+
+@needs_root
+def test_a_recorded_network_is_found_and_removed_by_a_later_run(tmp_path):
+    net = _plan(tmp_path, "198.19.8.0/24")
+    try:
+        net.create()
+        again = RehearsalNetwork.leftover(tmp_path)
+        assert again == net
+    finally:
+        assert RehearsalNetwork.leftover(tmp_path).teardown() == []
