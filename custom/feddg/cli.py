@@ -10,6 +10,8 @@
     feddg benchmark    leave-one-site-out sweep of methods x held-out sites x seeds: tables, paired intervals, plots
     feddg install-policy  install the project's site policy into provisioned startup kits
     feddg poc          rehearse a job in a local multi-site POC (prepare, start, submit, wait, download, stop)
+    feddg rehearse-network  the same with provisioned kits on separate network stacks (root), with link, server
+                       and foreign-kit drills
     feddg resume-job   continue a stopped run as a new job from its last global model and round
 
 Exit status: 0 done; 1 check-data found problems, or evaluate/segment could not process some sites/scans (the
@@ -93,6 +95,12 @@ def _cmd_resume_job(args: argparse.Namespace) -> int:
     out, start, total = resume_job(Path(args.job), Path(args.previous), Path(args.out), args.rounds)
     print(f"wrote {out}: rounds {start}..{total - 1} of {total}, from the model saved after round {start - 1}")
     return 0
+
+
+def _cmd_rehearse_network(args: argparse.Namespace) -> int:
+    from feddg.rehearsal.command import run
+
+    return run(args)
 
 
 def _cmd_poc(args: argparse.Namespace) -> int:
@@ -360,6 +368,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workspace", default="/tmp/feddg/poc", help="POC folder (deleted and recreated)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the job")
     p.set_defaults(func=_cmd_poc)
+
+    from feddg.rehearsal.command import add_arguments as rehearsal_arguments
+
+    p = sub.add_parser("rehearse-network", help="rehearse a job with provisioned kits on separate network stacks "
+                                                "(namespaces, root), with link, restart and foreign-kit drills")
+    rehearsal_arguments(p)
+    p.set_defaults(func=_cmd_rehearse_network)
 
     p = sub.add_parser("resume-job", help="continue a stopped run as a new job (start round + last global model)")
     p.add_argument("job", help="the job folder the previous run was submitted from")

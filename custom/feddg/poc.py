@@ -57,6 +57,12 @@ class POC:
     clients: list[str]
     lead: str
     processes: list[subprocess.Popen] = field(default_factory=list)
+    # participant -> the argv prefix that puts its programs in its own network stack (`feddg rehearse-network`);
+    # empty in a POC, where every participant shares this machine's stack.
+    prefixes: dict[str, list[str]] = field(default_factory=dict)
+
+    def argv(self, participant: str, cmd: list[str]) -> list[str]:
+        return [*self.prefixes.get(participant, []), *cmd]
 
     @property
     def env(self) -> dict[str, str]:
@@ -74,11 +80,7 @@ def prepare(workspace: Path, task: str, sites: list[str]) -> POC:
     if workspace.exists():
         shutil.rmtree(workspace)
     workspace.mkdir(parents=True)
-    spec = project(task, server="localhost")
-    spec["participants"] = [p for p in spec["participants"]
-                            if p["type"] != "client" or p["name"] in sites]
-    spec["participants"] = [p for p in spec["participants"]
-                            if p["type"] != "admin" or p["org"] in ("consortium", *sites)]
+    spec = project(task, server="localhost", sites=sites)
     project_file = workspace / "project.yml"
     project_file.write_text(yaml.safe_dump(spec, sort_keys=False))
     poc = POC(workspace, workspace / "nvflare_poc" / spec["name"] / "prod_00", "localhost", list(sites),
@@ -108,11 +110,13 @@ def start(poc: POC, ready_timeout: float = 120) -> None:
                                  f"{poc.workspace / 'logs'}")
 
 
-def _launch(kit: Path, log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+def _launch(kit: Path, log: Path, env: dict[str, str] | None = None, prefix: list[str] | None = None
+            ) -> subprocess.Popen:
+    """Start one participant from its kit (``sub_start.sh --once``: no restart loop), its output to ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    out = open(log, "w")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen(["bash", str(kit / "startup" / "sub_start.sh"), "--once"], cwd=kit, stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True, env=env)
+    with open(log, "a") as out:  # the child keeps its own descriptor
+        return subprocess.Popen([*(prefix or []), "bash", str(kit / "startup" / "sub_start.sh"), "--once"], cwd=kit,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
 
 
 def _wait_for_port(host: str, port: int, timeout: float, poc: POC) -> None:
@@ -159,8 +163,9 @@ def stop(poc: POC) -> None:
 
 def admin(poc: POC, args: list[str], timeout: float, step: str, user: str | None = None) -> str:
     """Run an ``nvflare job ...`` command as ``user`` (default: the first hospital's lead) and return its output."""
-    kit = poc.kit(user or poc.lead)
-    return _run(["nvflare", "job", *args, "--startup-kit", str(kit)], poc.env, timeout, step)
+    user = user or poc.lead
+    return _run(poc.argv(user, ["nvflare", "job", *args, "--startup-kit", str(poc.kit(user))]), poc.env, timeout,
+                step)
 
 
 def submit(poc: POC, job: Path, user: str | None = None) -> str:
@@ -177,9 +182,8 @@ def wait(poc: POC, job_id: str, timeout: float) -> str:
     Raises:
         RehearsalError: the job was still running after ``timeout``.
     """
-    kit = poc.kit(poc.lead)
-    out = _run(["nvflare", "job", "wait", job_id, "--timeout", str(int(timeout)), "--startup-kit", str(kit)],
-               poc.env, timeout + 120, "job wait", check=False)
+    out = _run(poc.argv(poc.lead, ["nvflare", "job", "wait", job_id, "--timeout", str(int(timeout)), "--startup-kit",
+                                   str(poc.kit(poc.lead))]), poc.env, timeout + 120, "job wait", check=False)
     match = re.search(r"status:.*?\b(FINISHED:[A-Z_]+)", out)
     if not match:
         raise RehearsalError(f"job wait: job {job_id} did not finish within {timeout:.0f} s:\n{out[-2000:]}")

@@ -40,8 +40,15 @@ def hospital_admins(site: str) -> dict[str, str]:
     return {"lead": f"lead@{domain}", "member": f"member@{domain}"}
 
 
-def project(task: str, server: str = SERVER) -> dict[str, Any]:
-    sites = TASK_DEFAULTS[task]["data"]["sites"]
+def project(task: str, server: str = SERVER, sites: list[str] | None = None) -> dict[str, Any]:
+    """The consortium's project for ``nvflare provision``: the server ``server``, a client per hospital of the
+    task (or only ``sites``, as a rehearsal of one job provisions them), the project admin, a lead and a member
+    per hospital."""
+    all_sites = TASK_DEFAULTS[task]["data"]["sites"]
+    unknown = sorted(set(sites or []) - set(all_sites))
+    if unknown:
+        raise ValueError(f"sites {unknown} are not hospitals of the {task} consortium {all_sites}")
+    sites = [s for s in all_sites if sites is None or s in sites]
     bad = [s for s in sites if not _ORG.match(s)]
     if bad:
         raise ValueError(f"site names {bad} cannot be NVFlare organisation names (letters, digits, _ only)")
