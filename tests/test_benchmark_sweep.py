@@ -32,3 +32,23 @@ def test_every_run_is_validated_before_any_runs():
         plan(Protocol("fundus"), ["fedavg", "fedsr"], ["Domain1"], [0])
     with pytest.raises(ConfigError, match="data.unseen_site"):
         plan(Protocol("fundus"), ["fedavg"], ["Domain9"], [0])
+
+
+def test_the_tables_are_rewritten_after_every_run_and_finished_runs_are_not_redone(tmp_path, monkeypatch):
+    from feddg.benchmark import sweep as sweep_module
+
+    ran, tables = [], []
+
+    def fake_execute(run, protocol, out, timeout, report):
+        ran.append(run.run_id)
+        record = {"run": run.__dict__, "run_id": run.run_id, "status": "ok", "wall_s": 1.0}
+        (out / "runs" / run.run_id).mkdir(parents=True)
+        (out / "runs" / run.run_id / sweep_module.RUN_FILE).write_text(__import__("json").dumps(record))
+        return record
+
+    monkeypatch.setattr(sweep_module, "execute", fake_execute)
+    args = (tmp_path, Protocol("fundus"), ["fedavg", "fedprox"], ["Domain1"], [0])
+    sweep_module.sweep(*args, report=lambda _: None, after_run=lambda: tables.append(len(ran)))
+    assert tables == [1, 2]
+    sweep_module.sweep(*args, report=lambda _: None, after_run=lambda: tables.append(len(ran)))
+    assert ran == ["fundus_fedavg_Domain1_seed0", "fundus_fedprox_Domain1_seed0"] and tables == [1, 2]

@@ -246,8 +246,12 @@ def _cmd_benchmark(args: argparse.Namespace, rest: list[str]) -> int:
     if unknown:
         raise ValueError(f"--held-out {unknown}: not among the task's sites {sites}")
     seeds = [int(s) for s in args.seeds.split(",")]
-    records = sweep(Path(args.out), protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed)
-    paths = write_results(Path(args.out), chosen, held_out, args.resamples)
+    def tables() -> dict:
+        return write_results(Path(args.out), chosen, held_out, args.resamples)
+
+    records = sweep(Path(args.out), protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed,
+                    after_run=tables)
+    paths = tables()
     print((Path(args.out) / "results.md").read_text())
     print("wrote " + ", ".join(str(p) for p in (paths["csv"], paths["markdown"], paths["json"], *paths["plots"])))
     failed = [r["run_id"] for r in records if r["status"] != "ok"]

@@ -200,8 +200,10 @@ def _execute_once(run: Run, protocol: Protocol, out: Path, timeout: float,
 
 
 def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], seeds: Sequence[int],
-          timeout: float = 3600, retry_failed: bool = False, report: Callable[[str], None] = print) -> list[dict]:
-    """Run every cell not run yet; returns every cell's record (finished earlier or now)."""
+          timeout: float = 3600, retry_failed: bool = False, report: Callable[[str], None] = print,
+          after_run: Callable[[], None] | None = None) -> list[dict]:
+    """Run every cell not run yet; returns every cell's record (finished earlier or now). ``after_run`` is called
+    after each run (the CLI rewrites the tables then, so an interrupted sweep leaves tables of what it finished)."""
     runs = plan(protocol, methods, held_out, seeds)  # every run valid before the folder is touched
     prepare_folder(out, protocol)
     records: dict[str, dict] = {}
@@ -224,4 +226,6 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
         report(f"    {run.run_id}: {note}")
         if record["status"] == "ok":
             walls.append(record["wall_s"])
+        if after_run is not None:
+            after_run()
     return [records[r.run_id] for r in runs]
