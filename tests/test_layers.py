@@ -8,7 +8,7 @@ The layers, lowest first (the README's "Layout of the code" describes them):
   1. data, nets, the papers' math and the metrics;
   2. training, evaluation and reports;
   3. the NVFlare glue (``flare/``);
-  4. tools: the job generator, the CLI, the POC, provisioning, resuming, inference.
+  4. tools: the job generator, the CLI, the POC and the network rehearsal, provisioning, resuming, inference.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("training and evaluation", ("feddg.training", "feddg.evaluation", "feddg.report", "feddg.flare.mla.bundle")),
     ("flare", ("feddg.flare",)),
     ("tools", ("feddg.jobs", "feddg.cli", "feddg.poc", "feddg.provisioning", "feddg.resume", "feddg.inference",
-               "feddg.benchmark")),
+               "feddg.benchmark", "feddg.rehearsal")),
 ]
 PURE = "feddg.methods"  # imports nothing from the package but itself
 METHOD_FOLDERS = "feddg.flare"  # its sub-packages are method folders, which never import each other
