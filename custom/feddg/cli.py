@@ -246,6 +246,7 @@ def _cmd_benchmark(args: argparse.Namespace, rest: list[str]) -> int:
     if unknown:
         raise ValueError(f"--held-out {unknown}: not among the task's sites {sites}")
     seeds = [int(s) for s in args.seeds.split(",")]
+
     def tables() -> dict:
         return write_results(Path(args.out), chosen, held_out, args.resamples)
 

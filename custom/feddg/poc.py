@@ -134,8 +134,14 @@ def _wait_for_port(host: str, port: int, timeout: float, poc: POC) -> None:
 
 def stop(poc: POC) -> None:
     """Stop every process this POC started, and their descendants, by process id."""
+    stop_processes(poc.processes)
+    poc.processes.clear()
+
+
+def stop_processes(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM ``processes`` and their descendants, SIGKILL what is left after 10 s, reap them."""
     victims: list[psutil.Process] = []
-    for proc in poc.processes:
+    for proc in processes:
         try:
             parent = psutil.Process(proc.pid)
             victims += [parent, *parent.children(recursive=True)]
@@ -153,19 +159,18 @@ def stop(poc: POC) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(alive, timeout=10)
-    for proc in poc.processes:
+    for proc in processes:
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-    poc.processes.clear()
 
 
-def admin(poc: POC, args: list[str], timeout: float, step: str, user: str | None = None) -> str:
+def admin(poc: POC, args: list[str], timeout: float, step: str, user: str | None = None, check: bool = True) -> str:
     """Run an ``nvflare job ...`` command as ``user`` (default: the first hospital's lead) and return its output."""
     user = user or poc.lead
     return _run(poc.argv(user, ["nvflare", "job", *args, "--startup-kit", str(poc.kit(user))]), poc.env, timeout,
-                step)
+                step, check)
 
 
 def submit(poc: POC, job: Path, user: str | None = None) -> str:
@@ -182,16 +187,21 @@ def wait(poc: POC, job_id: str, timeout: float) -> str:
     Raises:
         RehearsalError: the job was still running after ``timeout``.
     """
-    out = _run(poc.argv(poc.lead, ["nvflare", "job", "wait", job_id, "--timeout", str(int(timeout)), "--startup-kit",
-                                   str(poc.kit(poc.lead))]), poc.env, timeout + 120, "job wait", check=False)
+    out = admin(poc, ["wait", job_id, "--timeout", str(int(timeout))], timeout + 120, "job wait", check=False)
     match = re.search(r"status:.*?\b(FINISHED:[A-Z_]+)", out)
     if not match:
         raise RehearsalError(f"job wait: job {job_id} did not finish within {timeout:.0f} s:\n{out[-2000:]}")
     return match.group(1)
 
 
-def download(poc: POC, job_id: str, out_dir: Path) -> Path:
+def fetch(poc: POC, job_id: str, out_dir: Path) -> None:
+    """``nvflare job download`` of the job's result (server workspace and logs) into ``out_dir``."""
     admin(poc, ["download", job_id, "-o", str(out_dir), "--force"], 600, "job download")
+
+
+def download(poc: POC, job_id: str, out_dir: Path) -> Path:
+    """The job's result in ``out_dir``; returns its report (RehearsalError when it has none)."""
+    fetch(poc, job_id, out_dir)
     reports = sorted(Path(out_dir).rglob(REPORT))
     if not reports:
         raise RehearsalError(f"job download: no {REPORT} in {out_dir} (the job did not finish its evaluation; "
@@ -203,7 +213,7 @@ def server_errors(poc: POC, job_id: str, out_dir: Path, limit: int = 30) -> str:
     """The ERROR lines (and tracebacks) of the server's log of a finished job, downloaded into ``out_dir``: what a
     status other than ``FINISHED:COMPLETED`` needs to be understood without opening the POC's folders."""
     try:
-        admin(poc, ["download", job_id, "-o", str(out_dir), "--force"], 600, "job download")
+        fetch(poc, job_id, out_dir)
     except RehearsalError as e:
         return f"(the job's logs could not be downloaded: {e})"
     logs = sorted(Path(out_dir).rglob("workspace/log.txt"))

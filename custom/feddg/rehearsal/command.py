@@ -36,12 +36,13 @@ from typing import Any
 import yaml
 
 from feddg.compute import SITE_PROCESSES_ENV
-from feddg.config import load_config, parse_overrides
+from feddg.config import FedDGConfig, load_config, parse_overrides
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.controller import PROGRESS_FILE
 from feddg.flare.site_policy import install_site_policy
+from feddg.flare.timings import TIMINGS_FILE, read_timings
 from feddg.jobs import override_job
-from feddg.poc import POC, RehearsalError, _launch, download, server_errors, stop, submit, wait
+from feddg.poc import POC, RehearsalError, _launch, download, server_errors, stop, stop_processes, submit, wait
 from feddg.provisioning import ADMIN_PORT, FED_LEARN_PORT, PROJECT_ADMIN, hospital_admins, project
 from feddg.rehearsal.network import DEFAULT_SUBNET, NetworkError, RehearsalNetwork
 from feddg.report import format_table
@@ -70,6 +71,7 @@ class Rehearsal:
     """One provisioned consortium on its test network."""
 
     job: Path
+    cfg: FedDGConfig  # the job's experiment
     poc: POC  # kits, processes and the per-participant namespaces (``POC.prefixes``)
     net: RehearsalNetwork
     foreign: Path  # the foreign provisioning's prod folder
@@ -134,7 +136,7 @@ def setup(job: Path, workspace: Path, subnet: str = DEFAULT_SUBNET) -> Rehearsal
     poc = POC(workspace, prod, SERVER_NAME, sites, hospital_admins(sites[0])["lead"], prefixes=prefixes)
     net.create()
     net.verify_isolated()
-    return Rehearsal(job, poc, net, foreign)
+    return Rehearsal(job, cfg, poc, net, foreign)
 
 
 # ---------------------------------------------------------------------------------------------------- processes
@@ -201,7 +203,7 @@ def wait_for_rounds(r: Rehearsal, job_id: str, rounds: int, timeout: float) -> N
 def link_flap(r: Rehearsal, job_id: str) -> Callable[[dict], DrillOutcome]:
     """A training hospital's link goes down for FLAP_SECONDS (< the heartbeat timeout) just after round 1 starts,
     then comes back. Expected: every round has every training site. Returns the check of the job's report."""
-    cfg = load_config(r.job / "app" / "config" / CONFIG_FILE)
+    cfg = r.cfg
     victim = cfg.data.train_sites[-1]
     wait_for_rounds(r, job_id, 1, 600)
     cut = time.time()
@@ -244,7 +246,7 @@ def foreign_kit(r: Rehearsal, job_id: str) -> Callable[[dict], DrillOutcome]:
     proc = _launch(kit, r.log("intruder_client"), prefix=r.net.prefix(INTRUDER))
     r.poc.processes.append(proc)
     text = _wait_for_line(kit / "log.txt", ("Successfully registered client", "failed with exception"), 180)
-    stop_one(proc)
+    stop_processes([proc])
     errors = [line.split(" - ", 3)[-1][:200] for line in text.splitlines() if " ERROR " in line]
     attempts["foreign client"] = {"refused": bool(text) and "Successfully registered client" not in text,
                                   "answer": errors[-1] if errors else "no connection attempt seen"}
@@ -261,7 +263,7 @@ def foreign_kit(r: Rehearsal, job_id: str) -> Callable[[dict], DrillOutcome]:
     server_lines = [line for line in _server_log_since(r, before).splitlines() if intruder in line]
 
     def check(report: dict) -> DrillOutcome:
-        cfg = load_config(r.job / "app" / "config" / CONFIG_FILE)
+        cfg = r.cfg
         history = report.get("history", [])
         unaffected = len(history) == cfg.train.rounds and all(
             set(h["sites"]) == set(cfg.data.train_sites) for h in history)
@@ -333,11 +335,6 @@ def _server_log_since(r: Rehearsal, offset: int) -> str:
         return f.read()
 
 
-def stop_one(proc: subprocess.Popen) -> None:
-    one = POC(Path("."), Path("."), "", [], "", processes=[proc])
-    stop(one)
-
-
 # ---------------------------------------------------------------------------------------------------- the command
 def parse_drills(text: str) -> list[str]:
     names = list(DRILLS) if text == "all" else [d.strip() for d in text.split(",") if d.strip()]
@@ -375,7 +372,7 @@ def rehearse_network(job: Path, workspace: Path, drills: list[str], subnet: str 
                                  f"{server_errors(r.poc, job_id, workspace / 'results' / job_id)}")
         report_path = download(r.poc, job_id, workspace / "results" / job_id)
         report = json.loads(report_path.read_text())
-        report["round_timings"] = _read_jsonl(report_path.parent / "feddg_timings.jsonl")
+        report["round_timings"] = read_timings(report_path.parent / TIMINGS_FILE)
         outcomes = [check(report) for check in checks]
         print(f"\n{job.name} on separate network stacks, unseen site {report['unseen_site']} (report: "
               f"{report_path})\n{format_table(report['table'])}\n", flush=True)
@@ -389,12 +386,6 @@ def rehearse_network(job: Path, workspace: Path, drills: list[str], subnet: str 
         signal.signal(signal.SIGTERM, previous)
         if outcomes:
             write_outcomes(workspace, outcomes)
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def write_outcomes(workspace: Path, outcomes: list[DrillOutcome]) -> None:
