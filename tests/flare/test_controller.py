@@ -89,6 +89,59 @@ def test_missing_site_is_named_and_the_others_are_averaged(tmp_path, caplog):
     np.testing.assert_allclose(model.params["w"], [2.0, 2.0])
 
 
+def _connection_event(ctl, event_type, site):
+    """Fire NVFlare's verdict on ``site``'s connection at the controller, as its task monitor does."""
+    from nvflare.apis.event_type import EventType
+    from nvflare.apis.fl_constant import FLContextKey
+
+    key = (FLContextKey.DISCONNECTED_CLIENT_NAME if event_type == EventType.CLIENT_DISCONNECTED
+           else FLContextKey.RECONNECTED_CLIENT_NAME)
+    ctl.fl_ctx.set_prop(key, site, private=True, sticky=False)
+    ctl.handle_event(event_type, ctl.fl_ctx)
+
+
+def test_a_site_nvflare_declares_disconnected_gets_no_tasks_and_is_named_with_its_round(tmp_path):
+    from nvflare.apis.event_type import EventType
+
+    sent_to = []
+    ctl, cfg = _controller(tmp_path, [_update("A", 1.0), _update("C", 3.0)], min_sites=2)
+    ctl.broadcast_model = lambda targets, **_: sent_to.append(list(targets)) or [
+        _update("A", 1.0), _update("C", 3.0)]
+    ctl.current_round = 1
+    _connection_event(ctl, EventType.CLIENT_DISCONNECTED, "B")
+    assert ctl._run_round(_global(), SITES, 2, cfg) is not None
+    assert sent_to == [["A", "C"]]
+    assert ctl._lost == [{"site": "B", "round": 1, "rejoined_round": None}]
+    ctl.current_round = 2
+    _connection_event(ctl, EventType.CLIENT_RECONNECTED, "B")
+    assert ctl.connected(SITES) == SITES and ctl._lost[0]["rejoined_round"] == 2
+    # one more site gone leaves fewer than the minimum: the job stops naming both
+    _connection_event(ctl, EventType.CLIENT_DISCONNECTED, "A")
+    _connection_event(ctl, EventType.CLIENT_DISCONNECTED, "C")
+    assert ctl._run_round(_global(), SITES, 2, cfg) is None
+    assert "['A', 'C'] disconnected" in ctl.panics[0] and "train.min_sites" in ctl.panics[0]
+
+
+def test_a_lost_site_is_reported_missing_in_the_evaluation_not_scored(tmp_path):
+    from nvflare.apis.event_type import EventType
+
+    ctl, cfg = _controller(tmp_path, [], min_sites=1)
+    metrics = {"test": {"dice": {"prostate": {"mean": 0.7}}}}
+    asked = []
+
+    def broadcast_model(targets, **_):
+        asked.append(list(targets))
+        return [FLModel(params={}, metrics=metrics, meta={"client_name": s}) for s in targets]
+
+    ctl.broadcast_model = broadcast_model
+    _connection_event(ctl, EventType.CLIENT_DISCONNECTED, "U")  # the unseen site itself
+    evaluation = ctl._evaluate({"w": np.zeros(2)}, "final", 3, cfg)
+    assert asked == [SITES] and evaluation["missing_sites"] == ["U"] and "U" not in evaluation["sites"]
+    for site in [*SITES]:
+        _connection_event(ctl, EventType.CLIENT_DISCONNECTED, site)
+    assert ctl._evaluate({"w": np.zeros(2)}, "final", 3, cfg) is None and "no site is connected" in ctl.panics[-1]
+
+
 def test_best_model_follows_the_mean_validation_dice_of_the_received_model(tmp_path):
     ctl, cfg = _controller(tmp_path, [_update(s, 1.0, val_dice=d) for s, d in zip(SITES, (0.2, 0.4, 0.6))], 3)
     sent = _global()

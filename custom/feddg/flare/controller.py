@@ -13,6 +13,10 @@ Over the wire:
   * ``evaluate`` task: a model's weights with metadata ``model_name`` and ``model_round``. Result: DXO METRICS,
     one summary (Dice/HD95/ASD per structure, mean and std) per split of the site's data.
 
+A site NVFlare declares disconnected (no heartbeat for the server kit's ``heart_beat_timeout``, then the job's
+``dead_client_grace_period``: 600 s + 60 s by default) is sent no more tasks until it comes back; the report names it
+and the round it was lost in (``lost_sites``), and its evaluation is reported missing, never scored.
+
 Best model: the global model with the highest mean validation Dice over the training sites' validation splits
 (each site's mean over its cases, then the plain mean over sites). The unseen site never selects a model.
 """
@@ -27,6 +31,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from nvflare.apis.analytix import AnalyticsDataType
+from nvflare.apis.event_type import EventType
+from nvflare.apis.fl_constant import FLContextKey
+from nvflare.apis.fl_context import FLContext
 from nvflare.apis.utils.analytix_utils import create_analytic_dxo, send_analytic_dxo
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.abstract.model import make_model_learnable
@@ -100,6 +107,28 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         self._best: dict[str, Any] = {"round": None, "score": -math.inf, "params": None}
         self._history: list[dict[str, Any]] = []
         self._run_id = uuid.uuid4().hex  # job ids do not tell runs apart: every simulator run is "simulate_job"
+        self._lost: list[dict[str, Any]] = []  # {"site", "round", "rejoined_round"}: NVFlare's disconnect events
+
+    # ------------------------------------------------------------------ sites NVFlare declares gone
+    def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
+        """Record NVFlare's verdicts on a site's connection (fired from its task monitor thread)."""
+        super().handle_event(event_type, fl_ctx)
+        if event_type == EventType.CLIENT_DISCONNECTED:
+            site = fl_ctx.get_prop(FLContextKey.DISCONNECTED_CLIENT_NAME)
+            self._lost.append({"site": site, "round": self.current_round, "rejoined_round": None})
+            self.warning(f"round {self.current_round}: NVFlare declared site {site} disconnected; no more tasks "
+                         f"go to it unless it comes back")
+        elif event_type == EventType.CLIENT_RECONNECTED:
+            site = fl_ctx.get_prop(FLContextKey.RECONNECTED_CLIENT_NAME)
+            for entry in self._lost:
+                if entry["site"] == site and entry["rejoined_round"] is None:
+                    entry["rejoined_round"] = self.current_round
+            self.info(f"round {self.current_round}: site {site} is connected again")
+
+    def connected(self, sites: list[str]) -> list[str]:
+        """``sites`` without those NVFlare declared disconnected (and that have not come back)."""
+        gone = {e["site"] for e in self._lost if e["rejoined_round"] is None}
+        return [s for s in sites if s not in gone]
 
     # ------------------------------------------------------------------ workflow
     def run(self) -> None:
@@ -180,6 +209,13 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
 
     def _run_round(self, model: FLModel, train_sites: list[str], min_sites: int, cfg: FedDGConfig) -> FLModel | None:
         r = self.current_round
+        lost = [s for s in train_sites if s not in self.connected(train_sites)]
+        train_sites = self.connected(train_sites)
+        if len(train_sites) < min_sites:
+            self.panic(f"round {r}: {len(train_sites)} training site(s) connected ({train_sites}; NVFlare declared "
+                       f"{lost} disconnected), the job needs at least {min_sites} (train.min_sites); stopping. The "
+                       f"last good global model stays in the persistor's checkpoint.")
+            return None
         self.info(f"round {r} of {self.num_rounds}: sending the global model to {train_sites}")
         model.current_round = r
         self.fl_ctx.set_prop(AppConstants.CURRENT_ROUND, r, private=True, sticky=False)
@@ -292,7 +328,10 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate(self, params: dict, name: str, rounds_trained: int, cfg: FedDGConfig) -> dict[str, Any] | None:
-        sites = list(cfg.data.sites)
+        sites = self.connected(list(cfg.data.sites))
+        if not sites:  # an empty target list would mean every client to NVFlare
+            self.panic(f"evaluation of the {name} model: no site is connected")
+            return None
         self.info(f"evaluating the {name} global model (after {rounds_trained} rounds) at {sites}")
         data = FLModel(params=params, params_type=ParamsType.FULL,
                        meta={FedDGMeta.MODEL_NAME: name, FedDGMeta.ROUND: rounds_trained})
@@ -308,7 +347,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
                 self.error(f"evaluation of the {name} model: site {site} returned no metrics")
                 continue
             evaluation["sites"][site] = {"role": cfg.data.role(site), "splits": result.metrics}
-        evaluation["missing_sites"] = sorted(set(sites) - set(evaluation["sites"]))
+        evaluation["missing_sites"] = sorted(set(cfg.data.sites) - set(evaluation["sites"]))
         if evaluation["missing_sites"]:
             self.error(f"evaluation of the {name} model: no metrics from {evaluation['missing_sites']}")
         if not evaluation["sites"]:
@@ -331,6 +370,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             # method that adds its own model after the rounds names it here (MLA-BIN: "mla")
             "table": rows,
             "history": self._history,
+            "lost_sites": self._lost,
             "config": cfg.to_dict(),
             "seeds": {"split_seed": cfg.data.split_seed, "train_seed": cfg.train.seed,
                       "synthetic_seed": cfg.data.synthetic.seed if cfg.data.root is None else None},
