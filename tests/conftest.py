@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 from feddg.config import SyntheticConfig
 from feddg.jobs import TASK_DEFAULTS
+from feddg.rehearsal.network import missing_privileges
 
 # As feddg.nets.unet.select_device does for the sites: denormal floats make small CPU nets ~20x slower.
 torch.set_flush_denormal(True)
@@ -18,6 +20,14 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "
 
 # Tiny sizes for component and end-to-end tests: 32 px, a narrow U-Net, one round of one epoch.
 TINY_MODEL = {"features": [8, 8, 16, 32, 64, 8], "norm": "batch", "dropout": 0.0}
+
+
+# The network rehearsal's tests need root (network namespaces). They skip on a machine that cannot make them, unless
+# FEDDG_REQUIRE_NETNS is set: .ci/run sets it where it can make a namespace, so there a missing privilege fails the
+# tests instead of skipping them silently.
+needs_netns = pytest.mark.skipif(
+    bool(missing_privileges()) and not os.environ.get("FEDDG_REQUIRE_NETNS"),
+    reason="network namespaces need root and iproute2 (FEDDG_REQUIRE_NETNS unset)")
 
 
 def tiny_synthetic(task: str) -> dict:

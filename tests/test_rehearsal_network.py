@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from feddg.rehearsal.network import NetworkError, RehearsalNetwork, check_subnet
+from tests.conftest import needs_netns
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                                reason="network namespaces need root and iproute2")
 SERVER = "feddg-server.rehearsal.test"
 
 
@@ -31,7 +30,7 @@ def test_plan_names_fit_the_kernel_and_addresses_are_distinct(tmp_path):
         RehearsalNetwork.plan(["BIDMC"], SERVER, tmp_path)
 
 
-@needs_root
+@needs_netns
 def test_a_subnet_outside_the_benchmark_range_or_on_a_route_is_refused(tmp_path):
     with pytest.raises(NetworkError, match="198.18.0.0/15"):
         check_subnet("10.20.0.0/24")
@@ -45,7 +44,7 @@ def test_a_subnet_outside_the_benchmark_range_or_on_a_route_is_refused(tmp_path)
         subprocess.run(["ip", "link", "del", "fdgtestdum"], check=False)
 
 
-@needs_root
+@needs_netns
 def test_the_network_connects_its_hosts_isolates_them_and_cuts_a_link(tmp_path):
     net = _plan(tmp_path)
     listener = None
@@ -88,7 +87,7 @@ def test_the_network_connects_its_hosts_isolates_them_and_cuts_a_link(tmp_path):
     assert not any(Path("/etc/netns", h.namespace).exists() for h in net.hosts.values())
 
 
-@needs_root
+@needs_netns
 def test_a_recorded_network_is_found_and_removed_by_a_later_run(tmp_path):
     net = _plan(tmp_path, "198.19.8.0/24")
     try:
@@ -97,3 +96,63 @@ def test_a_recorded_network_is_found_and_removed_by_a_later_run(tmp_path):
         assert again == net
     finally:
         assert RehearsalNetwork.leftover(tmp_path).teardown() == []
+
+
+# ---------------------------------------------------------------------- the command's refusals (no root needed)
+def test_an_unknown_drill_is_refused_listing_the_valid_ones():
+    from feddg.rehearsal.command import DRILLS, parse_drills
+
+    with pytest.raises(ValueError, match="link-lost.*link-flap"):
+        parse_drills("link-lost")
+    assert parse_drills("server-restart,exposure") == ["exposure", "server-restart"]  # run in their fixed order
+    assert parse_drills("all") == DRILLS
+
+
+def test_missing_privileges_are_named_and_nothing_is_written(tmp_path, monkeypatch):
+    import feddg.rehearsal.network as network
+    from feddg.rehearsal.command import rehearse_network
+
+    monkeypatch.setattr(network, "missing_privileges", lambda: ["CAP_NET_ADMIN (run as root)"])
+    with pytest.raises(NetworkError, match="CAP_NET_ADMIN"):
+        rehearse_network(None, tmp_path / "ws", ["link-flap"])
+    assert list(tmp_path.iterdir()) == []  # not even the small job
+
+
+def test_a_workspace_of_a_running_rehearsal_is_refused_naming_its_process(tmp_path):
+    import psutil
+
+    from feddg.rehearsal.command import clear_workspace
+
+    net = _plan(tmp_path)
+    net.owner, net.owner_started = 1, psutil.Process(1).create_time()  # a process that runs: "the rehearsal"
+    (tmp_path / "network.json").write_text(__import__("json").dumps(__import__("dataclasses").asdict(net)))
+    (tmp_path / "kits").mkdir()
+    with pytest.raises(NetworkError, match="in use by a running rehearsal \\(process 1"):
+        clear_workspace(tmp_path)
+    assert (tmp_path / "kits").is_dir()  # nothing removed
+    net.owner_started += 1  # the same id, another process: the rehearsal is gone
+    assert not RehearsalNetwork(**{**net.__dict__}).owner_alive()
+
+
+def test_the_small_job_has_three_hospitals_rounds_for_the_drills_and_a_minimum_of_one(tmp_path):
+    from feddg.config import load_config
+    from feddg.rehearsal.command import DEAD_CLIENT_GRACE, HEART_BEAT_TIMEOUT, small_job
+
+    cfg = load_config(small_job(tmp_path / "job") / "app" / "config" / "feddg.yaml")
+    assert len(cfg.data.sites) == 3 and cfg.data.unseen_site not in cfg.data.train_sites
+    assert cfg.train.min_sites == 1 and cfg.train.rounds >= 10
+    assert cfg.train.task_timeout > HEART_BEAT_TIMEOUT + DEAD_CLIENT_GRACE  # a lost site is declared in its round
+
+
+@needs_netns
+def test_a_job_with_sites_outside_the_consortium_is_refused_before_anything_is_made(tmp_path):
+    from feddg.jobs import write_job
+    from feddg.rehearsal.command import setup
+    from tests.conftest import tiny_experiment
+
+    exp = tiny_experiment("prostate")
+    exp["data"].update(sites=["BIDMC", "BMC", "Mayo"], unseen_site="Mayo")
+    job = write_job(tmp_path / "jobs", "prostate_fedavg", exp)
+    with pytest.raises(ValueError, match="Mayo"):
+        setup(job, tmp_path / "ws")
+    assert not (tmp_path / "ws").exists()

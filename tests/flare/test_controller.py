@@ -111,7 +111,8 @@ def test_a_site_nvflare_declares_disconnected_gets_no_tasks_and_is_named_with_it
     _connection_event(ctl, EventType.CLIENT_DISCONNECTED, "B")
     assert ctl._run_round(_global(), SITES, 2, cfg) is not None
     assert sent_to == [["A", "C"]]
-    assert ctl._lost == [{"site": "B", "round": 1, "rejoined_round": None}]
+    assert [{k: e[k] for k in ("site", "round", "rejoined_round")} for e in ctl._lost] == [
+        {"site": "B", "round": 1, "rejoined_round": None}]
     ctl.current_round = 2
     _connection_event(ctl, EventType.CLIENT_RECONNECTED, "B")
     assert ctl.connected(SITES) == SITES and ctl._lost[0]["rejoined_round"] == 2

@@ -107,7 +107,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         self._best: dict[str, Any] = {"round": None, "score": -math.inf, "params": None}
         self._history: list[dict[str, Any]] = []
         self._run_id = uuid.uuid4().hex  # job ids do not tell runs apart: every simulator run is "simulate_job"
-        self._lost: list[dict[str, Any]] = []  # {"site", "round", "rejoined_round"}: NVFlare's disconnect events
+        self._lost: list[dict[str, Any]] = []  # {"site", "round", "time", "rejoined_round"}: NVFlare's verdicts
 
     # ------------------------------------------------------------------ sites NVFlare declares gone
     def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
@@ -115,7 +115,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         super().handle_event(event_type, fl_ctx)
         if event_type == EventType.CLIENT_DISCONNECTED:
             site = fl_ctx.get_prop(FLContextKey.DISCONNECTED_CLIENT_NAME)
-            self._lost.append({"site": site, "round": self.current_round, "rejoined_round": None})
+            self._lost.append({"site": site, "round": self.current_round, "time": time.time(),
+                               "rejoined_round": None})
             self.warning(f"round {self.current_round}: NVFlare declared site {site} disconnected; no more tasks "
                          f"go to it unless it comes back")
         elif event_type == EventType.CLIENT_RECONNECTED:

@@ -1,6 +1,6 @@
-"""The consortium on separate network stacks: provisioned kits, the server's real name, mTLS over TCP, link faults.
+"""The consortium on separate network stacks: provisioned kits, the server's real name, mTLS over TCP, faults.
 
-    feddg rehearse-network [JOB] --workspace DIR [--drills all|link-flap,foreign-kit] [--set KEY=VALUE ...]
+    feddg rehearse-network [JOB] --workspace DIR [--drills all|exposure,link-flap,...] [--set KEY=VALUE ...]
 
 1. **Kits as a hospital deployment gets them**: ``nvflare provision`` on the consortium's project
    (:func:`feddg.provisioning.project`, the job's hospitals) with the server named ``feddg-server.rehearsal.test``,
@@ -12,9 +12,13 @@
 3. The server and each hospital start from their own kits (``startup/sub_start.sh``) inside their namespaces; the
    first hospital's lead submits the job from the admins' namespace (``nvflare job submit`` over TCP with mutual
    TLS to the server's name), the command waits with a bound, downloads the result and prints the metrics table.
-4. **Drills** run while that job trains; each writes its outcome to ``DIR/drills.json``
-   (``{"drills": [{"name", "passed", "figures", "detail"}]}``) and to the printed table.
-5. Everything it started is stopped by process id, and the network is removed, on success, failure and Ctrl-C.
+   Without JOB it runs a small job of its own (:func:`small_job`).
+4. **Drills**, each writing its outcome to ``DIR/drills.json`` (``{"drills": [{"name", "passed", "figures",
+   "detail"}]}``) and to the printed table. During the job: ``exposure`` and then ``foreign-kit`` from the
+   intruder's namespace; ``link-flap`` once the port probe is done, then ``link-loss``. After it:
+   ``server-restart``, with a job of its own and the resumed job that continues it.
+5. Everything it started is stopped by process id (and whatever still runs inside its namespaces), and the
+   network is removed, on success, failure and Ctrl-C.
 
 Needs root (network namespaces); sends nothing outside the namespaces it made.
 """
@@ -22,17 +26,23 @@ Needs root (network namespaces); sends nothing outside the namespaces it made.
 from __future__ import annotations
 
 import argparse
+import copy
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 
 from feddg.compute import SITE_PROCESSES_ENV
@@ -41,21 +51,30 @@ from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.controller import PROGRESS_FILE
 from feddg.flare.site_policy import install_site_policy
 from feddg.flare.timings import TIMINGS_FILE, read_timings
-from feddg.jobs import override_job
-from feddg.poc import POC, RehearsalError, _launch, download, server_errors, stop, stop_processes, submit, wait
+from feddg.jobs import TASK_DEFAULTS, override_job, write_job
+from feddg.poc import (POC, RehearsalError, _launch, admin, download, server_errors, stop, stop_processes, submit,
+                       wait)
 from feddg.provisioning import ADMIN_PORT, FED_LEARN_PORT, PROJECT_ADMIN, hospital_admins, project
-from feddg.rehearsal.network import DEFAULT_SUBNET, NetworkError, RehearsalNetwork
+from feddg.rehearsal.network import DEFAULT_SUBNET, NetworkError, RehearsalNetwork, check_subnet, require_privileges
 from feddg.report import format_table
+from feddg.resume import GA_HISTORY, resume_job
 
 SERVER_NAME = "feddg-server.rehearsal.test"
 ADMINS = "admins"  # the namespace every admin of the consortium works from
-INTRUDER = "intruder"  # the namespace of the foreign kits
+INTRUDER = "intruder"  # the namespace of the foreign kits and of the port probe
 DRILLS_FILE = "drills.json"
-# Seconds without a heartbeat after which the server declares a hospital dead (the server kit's
-# local/resources.json "heart_beat_timeout"; 600 s in a provisioned kit). Shortened so that a rehearsal's
-# link-loss is seen in minutes; a link cut shorter than this is a flap.
+DRILLS_TABLE = "drills.md"
+# Seconds without a heartbeat after which the server's parent process drops a hospital (the server kit's
+# local/resources.json "heart_beat_timeout"; 600 s in a provisioned kit). This is the one that drops a site during
+# a job: the job's own "server.heart_beat_timeout" sets the job process's copy, which no client heartbeats reach.
+# Shortened so that a rehearsal's link-loss is seen in minutes; a link cut shorter than this is a flap.
 HEART_BEAT_TIMEOUT = 30
+# After the parent drops a hospital, the job keeps it on a watch list for NVFlare's "dead_client_grace_period"
+# (60 s, not changed here) before it declares it disconnected (feddg's workflow then sends it no more tasks).
+DEAD_CLIENT_GRACE = 60
 FLAP_SECONDS = 10  # how long link-flap keeps a hospital's link down: well under HEART_BEAT_TIMEOUT
+SMALL_SITES = ["BIDMC", "BMC", "RUNMC"]  # the small job's hospitals; RUNMC is its unseen site
+SMALL_ROUNDS = 20
 
 
 @dataclass
@@ -77,6 +96,7 @@ class Rehearsal:
     foreign: Path  # the foreign provisioning's prod folder
     server_process: subprocess.Popen | None = None
     site_processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    cut: set[str] = field(default_factory=set)  # hospitals whose link a drill left down until the job ends
 
     @property
     def workspace(self) -> Path:
@@ -88,14 +108,43 @@ class Rehearsal:
 
     @property
     def server_log(self) -> Path:
-        """NVFlare's own log of the server's parent process (registrations, refused connections)."""
+        """NVFlare's own log of the server's parent process (registrations, dropped clients)."""
         return self.poc.kit(SERVER_NAME) / "log.txt"
+
+    @property
+    def job_store(self) -> Path:
+        """Where the server keeps submitted jobs and finished jobs' results (moved into the workspace, see
+        :func:`provision`)."""
+        return self.poc.prod.parent.parent / "server_storage" / "jobs"
+
+
+def small_job(out: Path) -> Path:
+    """The rehearsal's own job when none is given: prostate GA on three hospitals (BIDMC and BMC train, RUNMC is
+    unseen), ``SMALL_ROUNDS`` rounds of one epoch on 32 px synthetic volumes with a narrow U-Net. Seconds a round
+    on a 2-core machine, and rounds enough for the link drills to act mid-job; GA, so that ``server-restart`` checks
+    that a resumed job continues a method's history. At least one training site a round (so a lost site leaves a
+    job that goes on), and a task timeout past the time NVFlare takes to declare a site gone."""
+    exp = copy.deepcopy(TASK_DEFAULTS["prostate"])
+    exp["data"].update(sites=SMALL_SITES, unseen_site="RUNMC", image_size=32,
+                       synthetic={"seed": 0, "cases_per_site": 3, "slices_per_case": 4, "size": 32})
+    exp["model"].update(features=[8, 8, 16, 32, 64, 8], dropout=0.0)
+    exp["train"].update(rounds=SMALL_ROUNDS, local_epochs=1, batch_size=4, min_sites=1,
+                        task_timeout=HEART_BEAT_TIMEOUT + DEAD_CLIENT_GRACE + 180)
+    exp["eval"]["batch_size"] = 8
+    if Path(out).exists():
+        shutil.rmtree(out)
+    return write_job(Path(out), "prostate_ga", exp)
 
 
 # ---------------------------------------------------------------------------------------------------- kits
 def provision(workspace: Path, task: str, sites: list[str], folder: str) -> Path:
     """``nvflare provision`` of the job's consortium (server ``SERVER_NAME``) into ``workspace/folder``, then the
-    site policy in every kit. Returns the ``prod_00`` folder of the kits."""
+    site policy in every kit. Returns the ``prod_00`` folder of the kits.
+
+    Two changes to the server kit's ``local/resources.json``: ``heart_beat_timeout`` (``HEART_BEAT_TIMEOUT``), and the
+    job store and snapshot store moved from the provisioned ``/tmp/nvflare/...`` (shared by every NVFlare server of
+    the machine, and emptied by a reboot: a real deployment must move them to a kept disk as well) into
+    ``workspace/folder/server_storage``."""
     spec = project(task, server=SERVER_NAME, sites=sites)
     out = workspace / folder
     out.mkdir(parents=True)
@@ -110,23 +159,41 @@ def provision(workspace: Path, task: str, sites: list[str], folder: str) -> Path
     resources = prod / SERVER_NAME / "local" / "resources.json"
     settings = json.loads(resources.read_text())
     settings["servers"][0]["heart_beat_timeout"] = HEART_BEAT_TIMEOUT
+    storage = out / "server_storage"
+    settings["snapshot_persistor"]["args"]["storage"]["args"]["root_dir"] = str(storage / "snapshots")
+    for component in settings["components"]:
+        if component["id"] == "job_manager":
+            component["args"]["uri_root"] = str(storage / "jobs")
     resources.write_text(json.dumps(settings, indent=2))
     return prod
 
 
-def setup(job: Path, workspace: Path, subnet: str = DEFAULT_SUBNET) -> Rehearsal:
-    """Kits, foreign kits and the network (isolation checked); nothing started yet."""
-    workspace = Path(workspace).resolve()
+def clear_workspace(workspace: Path) -> None:
+    """Remove what an earlier rehearsal on ``workspace`` left (its recorded network and whatever still runs in it);
+    refused, naming its processes, while that rehearsal still runs."""
     old = RehearsalNetwork.leftover(workspace)
     if old is not None:
+        if old.owner_alive():
+            raise NetworkError(f"{workspace} is in use by a running rehearsal (process {old.owner}; processes in "
+                               f"its namespaces: {old.processes()}); stop it or choose another --workspace")
         left = old.teardown()
         if left:
             raise NetworkError(f"a previous rehearsal's network in {workspace} could not be removed: {left}")
     if workspace.exists():
         shutil.rmtree(workspace)
-    workspace.mkdir(parents=True)
+
+
+def setup(job: Path, workspace: Path, subnet: str = DEFAULT_SUBNET) -> Rehearsal:
+    """Kits, foreign kits and the network (isolation checked); nothing started yet. Everything that can be refused
+    (privileges, a workspace in use, the job's sites, the subnet) is checked before anything is made."""
+    require_privileges()
+    workspace = Path(workspace).resolve()
     cfg = load_config(job / "app" / "config" / CONFIG_FILE)
     sites = list(cfg.data.sites)
+    project(cfg.data.task, server=SERVER_NAME, sites=sites)  # ValueError naming sites outside the consortium
+    check_subnet(subnet)
+    clear_workspace(workspace)
+    workspace.mkdir(parents=True)
     prod = provision(workspace, cfg.data.task, sites, "kits")
     foreign = provision(workspace, cfg.data.task, sites, "foreign_kits")
     net = RehearsalNetwork.plan([SERVER_NAME, *sites, ADMINS, INTRUDER], SERVER_NAME, workspace, subnet)
@@ -163,21 +230,27 @@ def start_sites(r: Rehearsal) -> None:
     _wait_registered(r, r.poc.clients, 120)
 
 
-def _wait_registered(r: Rehearsal, sites: list[str], timeout: float) -> None:
-    """Until the server's log has each site's registration ("New client <site>@... joined"; the address there is
-    what the client says of itself, not the connection's: its namespace lets it reach the server only over the
-    test network)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = r.server_log.read_text(errors="replace") if r.server_log.exists() else ""
-        if all(f"New client {s}@" in text for s in sites):
-            return
+def _wait_registered(r: Rehearsal, sites: list[str], timeout: float, since: int = 0) -> dict[str, float]:
+    """Until the server's log, from byte ``since`` on, has each site's registration ("New client <site>@... joined",
+    or "Re-activate the client: <site>";
+    the address there is what the client says of itself, not the connection's: its namespace lets it reach the
+    server only over the test network). Returns the seconds each one took."""
+    started = time.monotonic()
+    took: dict[str, float] = {}
+    while time.monotonic() - started < timeout:
+        text = _server_log_since(r, since)
+        for site in sites:
+            # "Re-activate the client" where the server still knew the hospital's token (a link back up)
+            if site not in took and (f"New client {site}@" in text or f"Re-activate the client: {site} " in text):
+                took[site] = round(time.monotonic() - started, 1)
+        if len(took) == len(sites):
+            return took
         for site in sites:
             if r.site_processes[site].poll() is not None:
-                raise RehearsalError(f"{site} exited at start; see {r.log(site)}")
-        time.sleep(1)
-    raise RehearsalError(f"not every hospital registered with the server within {timeout:.0f} s; see "
-                         f"{r.server_log}")
+                raise RehearsalError(f"{site} exited; see {r.log(site)}")
+        time.sleep(0.5)
+    raise RehearsalError(f"{sorted(set(sites) - set(took))} did not register with the server within {timeout:.0f} s; "
+                         f"see {r.server_log}")
 
 
 def server_run_dir(r: Rehearsal, job_id: str) -> Path:
@@ -200,12 +273,51 @@ def wait_for_rounds(r: Rehearsal, job_id: str, rounds: int, timeout: float) -> N
 
 
 # ---------------------------------------------------------------------------------------------------- drills
-def link_flap(r: Rehearsal, job_id: str) -> Callable[[dict], DrillOutcome]:
-    """A training hospital's link goes down for FLAP_SECONDS (< the heartbeat timeout) just after round 1 starts,
-    then comes back. Expected: every round has every training site. Returns the check of the job's report."""
+# A drill that acts during the job is called as ``drill(r, job_id)`` and returns the check of the job's report.
+Check = Callable[[dict], DrillOutcome]
+
+
+def exposure(r: Rehearsal, job_id: str) -> Check:
+    """From the intruder's namespace, every TCP port (1-65535) of every other participant, once, while the job
+    runs (:func:`feddg.rehearsal.probe.open_ports`). Expected: only the server's fed-learn and admin ports accept a
+    connection, and neither gives anything to a client without a kit's certificate (plain bytes get no answer, a
+    TLS handshake without a client certificate is refused)."""
+    targets = {name: host.address for name, host in r.net.hosts.items() if name != INTRUDER}
+    started = time.monotonic()
+    out = r.net.command(INTRUDER, [sys.executable, "-m", "feddg.rehearsal.probe", "ports", *targets.values()],
+                        timeout=900).stdout
+    probe_s = round(time.monotonic() - started, 1)
+    by_address = json.loads(out)
+    found = {name: by_address[address] for name, address in targets.items()}
+    answers = {}
+    for name, ports in found.items():
+        for port in ports:
+            reply = r.net.command(INTRUDER, [sys.executable, "-m", "feddg.rehearsal.probe", "serves",
+                                             targets[name], str(port)], timeout=60).stdout
+            answers[f"{name}:{port}"] = json.loads(reply)
+    expected = {name: ([FED_LEARN_PORT, ADMIN_PORT] if name == SERVER_NAME else []) for name in targets}
+    served = {where: a for where, a in answers.items()
+              if a.get("plain") != "nothing" or a.get("tls without a certificate") == "accepted"}
+    passed = {k: sorted(v) for k, v in found.items()} == {k: sorted(v) for k, v in expected.items()} and not served
+    figures = {"ports_probed_per_host": 65535, "hosts": len(targets), "probe_s": probe_s, "open": found,
+               "answers_without_certificate": answers}
+
+    def check(_report: dict) -> DrillOutcome:
+        opened = ", ".join(f"{n}:{p}" for n, ports in found.items() for p in ports) or "none"
+        detail = (f"open ports of {len(targets)} hosts ({probe_s} s for 65535 ports each): {opened}; "
+                  + ("nothing served without a kit's certificate" if not served else f"SERVED: {served}"))
+        return DrillOutcome("exposure", passed, figures, detail)
+
+    return check
+
+
+def link_flap(r: Rehearsal, job_id: str) -> Check:
+    """A training hospital's link goes down for FLAP_SECONDS (< the heartbeat timeout) once a round has been
+    completed, then comes back. Expected: every round has every training site."""
     cfg = r.cfg
     victim = cfg.data.train_sites[-1]
     wait_for_rounds(r, job_id, 1, 600)
+    at_round = rounds_completed(r, job_id)
     cut = time.time()
     r.net.link(victim, up=False)
     time.sleep(FLAP_SECONDS)
@@ -216,19 +328,70 @@ def link_flap(r: Rehearsal, job_id: str) -> Callable[[dict], DrillOutcome]:
         train = set(cfg.data.train_sites)
         full = [h["round"] for h in history if set(h["sites"]) == train]
         durations = _round_seconds(report)
-        figures = {"site": victim, "link_down_s": FLAP_SECONDS, "cut_at_round": 1, "rounds": len(history),
+        figures = {"site": victim, "link_down_s": FLAP_SECONDS, "cut_in_round": at_round, "rounds": len(history),
                    "sites_per_round": [len(h["sites"]) for h in history], "round_s": durations,
-                   "round_1_waited_s": round(durations[1] - min(durations), 1) if len(durations) > 1 else None}
+                   "cut_round_waited_s": (round(durations[at_round] - min(durations), 1)
+                                          if len(durations) > at_round else None)}
         passed = len(history) == cfg.train.rounds and len(full) == len(history)
-        detail = (f"{victim}'s link was down {FLAP_SECONDS} s from {time.strftime('%H:%M:%S', time.localtime(cut))}; "
+        detail = (f"{victim}'s link was down {FLAP_SECONDS} s in round {at_round} (from "
+                  f"{time.strftime('%H:%M:%S', time.localtime(cut))}); "
                   + ("every round had every training site" if passed else
-                     f"rounds with every training site: {full} of {len(history)}"))
+                     f"rounds with every training site: {len(full)} of {len(history)}"))
         return DrillOutcome("link-flap", passed, figures, detail)
 
     return check
 
 
-def foreign_kit(r: Rehearsal, job_id: str) -> Callable[[dict], DrillOutcome]:
+def link_loss(r: Rehearsal, job_id: str) -> Check:
+    """A training hospital's link goes down at the start of a round and stays down until the job ends. Expected:
+    the server drops it (its parent after ``HEART_BEAT_TIMEOUT`` s without a heartbeat, the job after NVFlare's
+    ``DEAD_CLIENT_GRACE`` more), the job goes on with the rest (the small job's ``train.min_sites`` is 1), and the
+    report names the site and the round it was lost in; its evaluation is reported missing, never scored."""
+    cfg = r.cfg
+    victim = cfg.data.train_sites[0]
+    done = rounds_completed(r, job_id)
+    wait_for_rounds(r, job_id, done + 1, 600)  # cut at the start of a round
+    at_round = rounds_completed(r, job_id)
+    left = cfg.train.rounds - at_round
+    cut, cut_at = time.monotonic(), time.time()
+    r.net.link(victim, up=False)
+    r.cut.add(victim)
+    dropped = _wait_for_line(r.server_log, (f"Remove the dead Client. Name: {victim}.",), HEART_BEAT_TIMEOUT + 120)
+    dropped_s = round(time.monotonic() - cut, 1) if dropped else None
+
+    def check(report: dict) -> DrillOutcome:
+        history = report.get("history", [])
+        lost = [e for e in report.get("lost_sites", []) if e["site"] == victim]
+        lost_round = lost[0]["round"] if lost else None
+        declared_s = round(lost[0]["time"] - cut_at, 1) if lost else None
+        after = [h for h in history if lost_round is not None and h["round"] > lost_round]
+        final = report.get("models", {}).get("final", {})
+        missing = victim in final.get("missing_sites", [])
+        scored = sorted({row["site"] for row in report.get("table", [])})
+        unseen_scored = cfg.data.unseen_site in scored
+        figures = {"site": victim, "cut_in_round": at_round, "rounds_left_at_cut": left,
+                   "dropped_by_server_after_s": dropped_s, "declared_disconnected_after_s": declared_s,
+                   "lost_in_round": lost_round, "rounds": len(history),
+                   "sites_per_round": [len(h["sites"]) for h in history], "round_s": _round_seconds(report),
+                   "evaluation_missing": final.get("missing_sites", []), "sites_scored": scored,
+                   "job_status": report.get("job_status")}
+        passed = (left >= 2 and lost_round is not None and len(history) == cfg.train.rounds and bool(after)
+                  and all(victim not in h["sites"] for h in after) and missing and victim not in scored
+                  and unseen_scored)
+        if left < 2:
+            detail = f"the job had {left} round(s) left when the drill could cut a link; give it more rounds"
+        else:
+            detail = (f"{victim}'s link cut in round {at_round}: dropped by the server after {dropped_s} s, declared "
+                      f"disconnected by the job after {declared_s} s; report: lost in round {lost_round}, "
+                      f"{len(after)} later round(s) without it, its evaluation "
+                      + ("reported missing" if missing else "NOT reported missing")
+                      + f"; unseen site {cfg.data.unseen_site} " + ("scored" if unseen_scored else "NOT scored"))
+        return DrillOutcome("link-loss", passed, figures, detail)
+
+    return check
+
+
+def foreign_kit(r: Rehearsal, job_id: str) -> Check:
     """Kits from another provisioning of the same project (another root CA) try to join and to submit from the
     intruder's namespace while the job runs. Expected: every attempt refused by TLS, no connection from the
     intruder's address accepted by the server, the running job unaffected (checked on its report).
@@ -253,20 +416,22 @@ def foreign_kit(r: Rehearsal, job_id: str) -> Callable[[dict], DrillOutcome]:
     our_ca = r.poc.kit(site) / "startup" / "rootCA.pem"
     for name, certs in (("foreign certificate, our root CA", r.foreign / site / "startup"),
                         ("our hospital's certificate (control)", r.poc.kit(site) / "startup")):
-        answer = _tls_handshake(r, certs / "client.crt", certs / "client.key", our_ca)
-        attempts[name] = {"refused": answer != "accepted", "answer": answer}
+        answer = r.net.command(INTRUDER, [sys.executable, "-m", "feddg.rehearsal.probe", "handshake", SERVER_NAME,
+                                          str(FED_LEARN_PORT), str(our_ca), str(certs / "client.crt"),
+                                          str(certs / "client.key")], timeout=60).stdout.strip()
+        attempts[name] = {"refused": answer != '"accepted"', "answer": json.loads(answer) if answer else ""}
     lead = r.foreign / hospital_admins(site)["lead"]
-    admin = subprocess.run(r.net.prefix(INTRUDER) + ["nvflare", "job", "list", "--startup-kit", str(lead)],
-                           capture_output=True, text=True, timeout=120, env=r.poc.env)
-    out = (admin.stdout + admin.stderr).strip()
-    attempts["foreign admin"] = {"refused": admin.returncode != 0, "answer": out.splitlines()[-1][:200] if out else ""}
+    admin_try = subprocess.run(r.net.prefix(INTRUDER) + ["nvflare", "job", "list", "--startup-kit", str(lead)],
+                               capture_output=True, text=True, timeout=120, env=r.poc.env)
+    out = (admin_try.stdout + admin_try.stderr).strip()
+    attempts["foreign admin"] = {"refused": admin_try.returncode != 0,
+                                 "answer": out.splitlines()[-1][:200] if out else ""}
     server_lines = [line for line in _server_log_since(r, before).splitlines() if intruder in line]
 
     def check(report: dict) -> DrillOutcome:
         cfg = r.cfg
         history = report.get("history", [])
-        unaffected = len(history) == cfg.train.rounds and all(
-            set(h["sites"]) == set(cfg.data.train_sites) for h in history)
+        unaffected = len(history) == cfg.train.rounds
         sessions = [line for line in server_lines if "is created" in line]  # an NVFlare connection: TLS passed
         expected = {name: not name.endswith("(control)") for name in attempts}
         as_expected = all(attempts[n]["refused"] == refused for n, refused in expected.items())
@@ -275,38 +440,147 @@ def foreign_kit(r: Rehearsal, job_id: str) -> Callable[[dict], DrillOutcome]:
                    "server_log_lines_naming_intruder": server_lines[-5:], "job_rounds": len(history)}
         detail = ("; ".join(f"{n}: {'refused' if a['refused'] else 'accepted'}" for n, a in attempts.items())
                   + f"; NVFlare connections from {intruder}: {len(sessions)}; job "
-                  + ("unaffected" if unaffected else "AFFECTED"))
+                  + ("finished all its rounds" if unaffected else "AFFECTED"))
         return DrillOutcome("foreign-kit", passed, figures, detail)
 
     return check
 
 
-def _tls_handshake(r: Rehearsal, cert: Path, key: Path, ca: Path) -> str:
-    """A TLS handshake from the intruder's namespace to the server's port with ``cert``, checking the server's
-    certificate against ``ca`` and the server's name: "accepted" or the error. TLS 1.2, so that the server's
-    verdict on the client certificate is part of the handshake (TLS 1.3 would send it after the handshake ends;
-    NVFlare's server accepts 1.2 and up). Nothing is sent after the handshake."""
-    code = (
-        "import socket,ssl,sys\n"
-        "ctx=ssl.create_default_context(cafile=sys.argv[3]);ctx.load_cert_chain(sys.argv[4],sys.argv[5])\n"
-        "ctx.maximum_version=ssl.TLSVersion.TLSv1_2\n"
-        "try:\n"
-        " with socket.create_connection((sys.argv[1],int(sys.argv[2])),timeout=20) as raw:\n"
-        "  with ctx.wrap_socket(raw,server_hostname=sys.argv[1]):\n"
-        "   print('accepted')\n"
-        "except (ssl.SSLError, OSError) as e:\n"
-        " print(type(e).__name__+': '+str(e))\n"
-    )
-    proc = subprocess.run(r.net.prefix(INTRUDER) + ["python3", "-c", code, SERVER_NAME, str(FED_LEARN_PORT),
-                                                    str(ca), str(cert), str(key)],
-                          capture_output=True, text=True, timeout=60)
-    return (proc.stdout.strip() or proc.stderr.strip())[-200:]
+def server_restart(r: Rehearsal, timeout: float) -> DrillOutcome:
+    """A job of its own: once it has completed two rounds the server (its parent and job processes) is frozen, the
+    checksums of every file in the job's server run folder and of every finished job's stored result are taken, and
+    the server is killed (SIGKILL) and started again from its kit. Expected: those files unchanged, every hospital
+    registered with the new server without being restarted (same process ids), and ``feddg resume-job`` continuing
+    the run from its last completed round as a new job whose history (rounds, GA weights) continues the old one.
+
+    NVFlare 2.9 does not resume a job after a server restart (its job store still lists it as running); the drill
+    records that status, and the resumed job is what an operator runs instead."""
+    job_id = submit(r.poc, r.job)
+    wait_for_rounds(r, job_id, 2, timeout)
+    run_dir = server_run_dir(r, job_id)
+    server_tree = _tree(r.server_process)
+    for proc in server_tree:
+        _signal(proc, signal.SIGSTOP)
+    done = rounds_completed(r, job_id)
+    kept = [run_dir, *(p for p in r.job_store.iterdir() if p.is_dir() and p.name != job_id)]
+    before = _checksums(kept)
+    for proc in server_tree:
+        _signal(proc, signal.SIGKILL)
+    psutil.wait_procs(server_tree, timeout=30)
+    r.poc.processes.remove(r.server_process)
+    r.server_process.wait(timeout=30)
+    site_pids = {s: p.pid for s, p in r.site_processes.items()}
+    since = _server_log_size(r)
+    restarted = time.monotonic()
+    start_server(r)
+    listening_s = round(time.monotonic() - restarted, 1)
+    reconnect_s = _wait_registered(r, list(r.site_processes), 300, since)
+    same_sites = all(r.site_processes[s].pid == pid and r.site_processes[s].poll() is None
+                     for s, pid in site_pids.items())
+    after = _checksums(kept)
+    changed = sorted(f for f in before if after.get(f) != before[f])
+    old_status = _job_status(r, job_id)
+    resumed, start_round, total = resume_job(r.job, run_dir, r.workspace / "resumed_job")
+    second = submit(r.poc, resumed)
+    status = wait(r.poc, second, timeout)
+    result = r.workspace / "results" / second
+    report = json.loads(download(r.poc, second, result).read_text()) if status == "FINISHED:COMPLETED" else {}
+    rounds = [h["round"] for h in report.get("history", [])]
+    ga_files = [f for f in result.rglob(GA_HISTORY) if f.parent.name != "resume"] if report else []
+    ga_rounds = [h["round"] for h in json.loads(ga_files[0].read_text())["history"]] if ga_files else None
+    figures = {"rounds_before_kill": done, "files_checked": len(before), "files_changed": changed,
+               "server_listening_after_s": listening_s, "hospitals_registered_after_s": reconnect_s,
+               "hospitals_restarted": [s for s, pid in site_pids.items() if r.site_processes[s].pid != pid],
+               "killed_job_status_after_restart": old_status, "resumed_job_status": status,
+               "resumed_from_round": start_round, "total_rounds": total, "resumed_rounds": rounds,
+               "ga_history_rounds": ga_rounds}
+    passed = (not changed and len(before) > 0 and same_sites and status == "FINISHED:COMPLETED"
+              and start_round == done and rounds == list(range(start_round, total))
+              and (ga_rounds is None or ga_rounds == list(range(total))))
+    detail = (f"server killed after {done} rounds; {len(before)} files checked, "
+              + (f"CHANGED: {changed}" if changed else "all unchanged")
+              + f"; new server listening after {listening_s} s, hospitals back without restart after "
+              + ", ".join(f"{s} {t} s" for s, t in reconnect_s.items())
+              + f"; killed job listed as {old_status}; resumed job ({status}) trained rounds "
+              + (f"{rounds[0]}-{rounds[-1]}" if rounds else "none")
+              + (f", GA history rounds 0-{ga_rounds[-1]}" if ga_rounds else ""))
+    return DrillOutcome("server-restart", passed, figures, detail)
 
 
-DRILLS: dict[str, Callable[[Rehearsal, str], Callable[[dict], DrillOutcome]]] = {
+DURING_JOB: dict[str, Callable[[Rehearsal, str], Check]] = {
+    "exposure": exposure,
     "link-flap": link_flap,
     "foreign-kit": foreign_kit,
+    "link-loss": link_loss,
 }
+AFTER_JOB: dict[str, Callable[[Rehearsal, float], DrillOutcome]] = {"server-restart": server_restart}
+DRILLS = [*DURING_JOB, *AFTER_JOB]  # the order they run in
+INTRUDER_DRILLS = ("exposure", "foreign-kit")  # run one after the other in a thread of their own
+
+
+def run_during_job(r: Rehearsal, job_id: str, names: list[str]) -> list[Check]:
+    """The drills that act while ``job_id`` runs: the intruder's (the port probe, then the foreign kits) in a thread,
+    the link cuts here once the probe is done (a cut link would leave the probe waiting on its ports)."""
+    checks: dict[str, Check] = {}
+    probed = threading.Event()
+
+    def attempt(name: str) -> None:
+        try:
+            checks[name] = DURING_JOB[name](r, job_id)
+        except (RehearsalError, NetworkError, OSError, ValueError, subprocess.SubprocessError) as e:
+            error = f"{type(e).__name__}: {e}"
+            checks[name] = lambda _report, n=name: DrillOutcome(n, False, {}, f"could not run: {error}")
+
+    def intrude() -> None:
+        for name in (n for n in INTRUDER_DRILLS if n in names):
+            attempt(name)
+            if name == "exposure":
+                probed.set()
+        probed.set()
+
+    thread = threading.Thread(target=intrude, name="intruder", daemon=True)
+    thread.start()
+    probed.wait(900)
+    for name in (n for n in DURING_JOB if n in names and n not in INTRUDER_DRILLS):
+        attempt(name)
+    thread.join(900)
+    return [checks[n] for n in DURING_JOB if n in checks]
+
+
+def _tree(proc: subprocess.Popen) -> list[psutil.Process]:
+    try:
+        parent = psutil.Process(proc.pid)
+        return [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _signal(proc: psutil.Process, sig: int) -> None:
+    try:
+        proc.send_signal(sig)
+    except psutil.NoSuchProcess:
+        pass
+
+
+def _checksums(folders: list[Path]) -> dict[str, str]:
+    """SHA-256 of every file under ``folders`` (logs excluded: NVFlare appends to them), by path."""
+    sums = {}
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and not path.name.startswith("log") and path.suffix != ".log":
+                sums[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return sums
+
+
+def _job_status(r: Rehearsal, job_id: str) -> str:
+    """The job's status as ``nvflare job list`` shows it to the lead."""
+    out = admin(r.poc, ["list"], 120, "job list", check=False)
+    for line in out.splitlines():
+        if job_id in line:
+            found = re.search(r"\b(FINISHED:[A-Z_]+|RUNNING|SUBMITTED|DISPATCHED|ABANDONED)\b", line)
+            if found:
+                return found.group(1)
+    return "not listed"
 
 
 def _wait_for_line(log: Path, needles: tuple[str, ...], timeout: float) -> str:
@@ -330,7 +604,11 @@ def _server_log_size(r: Rehearsal) -> int:
 
 
 def _server_log_since(r: Rehearsal, offset: int) -> str:
+    if not r.server_log.exists():
+        return ""
     with open(r.server_log, errors="replace") as f:
+        if offset > os.path.getsize(r.server_log):  # the log was rotated or restarted
+            offset = 0
         f.seek(offset)
         return f.read()
 
@@ -341,17 +619,19 @@ def parse_drills(text: str) -> list[str]:
     unknown = [d for d in names if d not in DRILLS]
     if unknown:
         raise ValueError(f"unknown drill(s) {unknown}; the drills are {list(DRILLS)} (or all)")
-    return names
+    return [d for d in DRILLS if d in names]
 
 
-def rehearse_network(job: Path, workspace: Path, drills: list[str], subnet: str = DEFAULT_SUBNET,
+def rehearse_network(job: Path | None, workspace: Path, drills: list[str], subnet: str = DEFAULT_SUBNET,
                      timeout: float = 3600, overrides: dict | None = None) -> list[DrillOutcome]:
-    """Provision, build the network, start everything, submit ``job``, run ``drills`` during it, wait, download,
-    print the metrics and the drills' table, write ``drills.json``, stop and remove everything."""
-    job = Path(job).resolve()
+    """Provision, build the network, start everything, submit ``job`` (None: :func:`small_job`), run ``drills``
+    during and after it, wait, download, print the metrics and the drills' table, write ``drills.json``, stop and
+    remove everything."""
+    require_privileges()  # before anything is written
     workspace = Path(workspace).resolve()
+    job = Path(job).resolve() if job is not None else small_job(workspace.parent / f"{workspace.name}_job")
     if overrides:
-        job = override_job(job, overrides, workspace.parent / f"{workspace.name}_job")
+        job = override_job(job, overrides, workspace.parent / f"{workspace.name}_job_set")
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     r = None
@@ -363,19 +643,32 @@ def rehearse_network(job: Path, workspace: Path, drills: list[str], subnet: str 
         start_server(r)
         start_sites(r)
         job_id = submit(r.poc, job)
+        during = [d for d in drills if d in DURING_JOB]
         print(f"job {job_id} submitted by {r.poc.lead} from the admins' namespace; drills: {drills or 'none'}",
               flush=True)
-        checks = [DRILLS[name](r, job_id) for name in drills]
+        checks = run_during_job(r, job_id, during)
         status = wait(r.poc, job_id, timeout)
-        if status != "FINISHED:COMPLETED":
+        rejoined = _restore_links(r)
+        # A site lost for good never reports the job's end to the server: NVFlare 2.9 then ends the job
+        # FINISHED:ABNORMAL after the workflow finished (the report says what happened).
+        if status != "FINISHED:COMPLETED" and not (status == "FINISHED:ABNORMAL" and "link-loss" in during):
             raise RehearsalError(f"job {job_id} ended with {status}; the server's errors:\n"
                                  f"{server_errors(r.poc, job_id, workspace / 'results' / job_id)}")
         report_path = download(r.poc, job_id, workspace / "results" / job_id)
         report = json.loads(report_path.read_text())
         report["round_timings"] = read_timings(report_path.parent / TIMINGS_FILE)
+        report["job_status"] = status
         outcomes = [check(report) for check in checks]
-        print(f"\n{job.name} on separate network stacks, unseen site {report['unseen_site']} (report: "
+        for outcome in outcomes:
+            if outcome.name == "link-loss":
+                outcome.figures["rejoined_after_link_up_s"] = rejoined
+        print(f"\n{job.name} on separate network stacks, unseen site {report['unseen_site']} ({status}; report: "
               f"{report_path})\n{format_table(report['table'])}\n", flush=True)
+        missing = report["models"]["final"].get("missing_sites", [])
+        if missing:
+            print(f"not evaluated (reported missing, not scored): {missing}\n", flush=True)
+        for name in (d for d in drills if d in AFTER_JOB):
+            outcomes.append(AFTER_JOB[name](r, timeout))
         return outcomes
     finally:
         if r is not None:
@@ -388,21 +681,40 @@ def rehearse_network(job: Path, workspace: Path, drills: list[str], subnet: str 
             write_outcomes(workspace, outcomes)
 
 
+def _restore_links(r: Rehearsal) -> dict[str, float]:
+    """Bring back the links a drill left down, and wait for those hospitals to register again (seconds each)."""
+    if not r.cut:
+        return {}
+    since = _server_log_size(r)
+    for site in sorted(r.cut):
+        r.net.link(site, up=True)
+    took = _wait_registered(r, sorted(r.cut), 300, since)
+    r.cut.clear()
+    return took
+
+
+def drills_table(outcomes: list[DrillOutcome]) -> str:
+    """The drills as a Markdown table (what the command prints and writes to ``drills.md``)."""
+    lines = ["| drill | result | what happened |", "|---|---|---|"]
+    lines += [f"| {o.name} | {'passed' if o.passed else 'FAILED'} | {o.detail.replace('|', '/')} |"
+              for o in outcomes]
+    return "\n".join(lines) + "\n"
+
+
 def write_outcomes(workspace: Path, outcomes: list[DrillOutcome]) -> None:
     (Path(workspace) / DRILLS_FILE).write_text(json.dumps({"drills": [asdict(o) for o in outcomes]}, indent=2))
-    width = max(len(o.name) for o in outcomes)
-    print(f"{'drill':<{width}}  result  detail")
-    for o in outcomes:
-        print(f"{o.name:<{width}}  {'passed' if o.passed else 'FAILED':<6}  {o.detail}")
+    table = drills_table(outcomes)
+    (Path(workspace) / DRILLS_TABLE).write_text(table)
+    print(table, flush=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job", nargs="?", default="jobs/fundus_fedavg",
-                        help="a job folder (default: jobs/fundus_fedavg, four hospitals)")
+    parser.add_argument("job", nargs="?", default=None,
+                        help="a job folder (default: a small job of its own, three hospitals, see small_job)")
     parser.add_argument("--workspace", default="/tmp/feddg/rehearsal", help="folder (deleted and recreated)")
     parser.add_argument("--drills", default="all", help=f"all, or some of {','.join(DRILLS)}; '' for none")
     parser.add_argument("--subnet", default=DEFAULT_SUBNET, help="the test hosts' subnet, inside 198.18.0.0/15")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the job")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for each job")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="change a feddg.yaml setting of the job (repeatable)")
 
@@ -412,7 +724,8 @@ def run(args: argparse.Namespace) -> int:
     message says at which step); 130 interrupted."""
     try:
         drills = parse_drills(args.drills) if args.drills else []
-        outcomes = rehearse_network(Path(args.job), Path(args.workspace), drills, args.subnet, args.timeout,
+        outcomes = rehearse_network(Path(args.job) if args.job else None, Path(args.workspace), drills,
+                                    args.subnet, args.timeout,
                                     parse_overrides(args.overrides) if args.overrides else None)
     except (RehearsalError, NetworkError, ValueError) as e:
         print(f"feddg rehearse-network: {e}", flush=True)

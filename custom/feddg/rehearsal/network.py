@@ -31,9 +31,13 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import psutil
 
 REHEARSAL_RANGE = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544: benchmark networks only
 DEFAULT_SUBNET = "198.18.0.0/24"
@@ -53,6 +57,30 @@ class Host:
     namespace: str  # its network namespace
     address: str  # its address on the test subnet
     port: str  # its veth end on the bridge (host side): a drill cuts the link here
+
+
+CAP_NET_ADMIN, CAP_SYS_ADMIN = 12, 21  # bits of the effective capability set (linux/capability.h)
+
+
+def missing_privileges() -> list[str]:
+    """What this process lacks to make a test network: iproute2's ``ip``, CAP_NET_ADMIN (links, addresses) and
+    CAP_SYS_ADMIN (``ip netns add`` mounts the namespace); empty when it can."""
+    missing = [] if shutil.which("ip") else ["iproute2's `ip` command (install iproute2)"]
+    try:
+        status = Path("/proc/self/status").read_text()
+        effective = int(next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:")), 16)
+    except (OSError, StopIteration, ValueError):
+        effective = 0
+    for name, bit in (("CAP_NET_ADMIN", CAP_NET_ADMIN), ("CAP_SYS_ADMIN", CAP_SYS_ADMIN)):
+        if not effective >> bit & 1:
+            missing.append(f"{name} (run as root)")
+    return missing
+
+
+def require_privileges() -> None:
+    missing = missing_privileges()
+    if missing:
+        raise NetworkError(f"the network rehearsal needs {' and '.join(missing)}; nothing was created")
 
 
 def _ip(*args: str, check: bool = True) -> str:
@@ -118,6 +146,8 @@ class RehearsalNetwork:
     server: str  # the server's fully qualified name, resolvable in every namespace of this network
     hosts: dict[str, Host]
     workspace: str
+    owner: int = field(default_factory=os.getpid)  # the process of the rehearsal that made this network
+    owner_started: float = field(default_factory=lambda: psutil.Process().create_time())  # tells a reused pid
 
     @classmethod
     def plan(cls, participants: list[str], server: str, workspace: Path, subnet: str = DEFAULT_SUBNET,
@@ -140,8 +170,7 @@ class RehearsalNetwork:
     def create(self) -> None:
         """Make the bridge, one namespace per participant and its hosts file. The subnet is checked first; what is
         made is recorded in ``network.json`` before it is made."""
-        if os.geteuid() != 0 or shutil.which("ip") is None:
-            raise NetworkError("the network rehearsal needs root and iproute2's `ip` (network namespaces)")
+        require_privileges()
         check_subnet(self.subnet)
         Path(self.workspace).mkdir(parents=True, exist_ok=True)
         Path(self.workspace, STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
@@ -165,8 +194,46 @@ class RehearsalNetwork:
             (etc / "hosts").write_text(f"127.0.0.1 localhost\n{server_address} {self.server}\n"
                                        f"{host.address} {_slug(host.name)}.rehearsal.test\n")
 
+    def processes(self) -> dict[str, list[int]]:
+        """The processes running inside this network's namespaces (``ip netns pids``), by namespace: whatever
+        runs there was started by the rehearsal that made it."""
+        found = {}
+        for host in self.hosts.values():
+            if Path("/run/netns", host.namespace).exists():
+                pids = [int(p) for p in _ip("netns", "pids", host.namespace, check=False).split()]
+                if pids:
+                    found[host.namespace] = pids
+        return found
+
+    def owner_alive(self) -> bool:
+        """Whether the rehearsal that made this network still runs (then its workspace is in use)."""
+        if self.owner == os.getpid() or self.owner <= 0:  # an earlier, finished rehearsal of this process
+            return False
+        try:
+            return psutil.Process(self.owner).create_time() == self.owner_started
+        except psutil.NoSuchProcess:
+            return False
+
+    def stop_processes(self, timeout: float = 10.0) -> None:
+        """SIGTERM every process inside this network's namespaces, then SIGKILL what is left after ``timeout``."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = [pid for group in self.processes().values() for pid in group]
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + timeout
+            while pids and time.monotonic() < deadline:
+                pids = [pid for pid in pids if Path(f"/proc/{pid}").exists() and _alive(pid)]
+                time.sleep(0.2)
+            if not pids:
+                return
+
     def teardown(self) -> list[str]:
-        """Remove everything this network made (missing pieces are fine); returns what could not be removed."""
+        """Stop what runs in its namespaces, then remove everything this network made (missing pieces are fine);
+        returns what could not be removed."""
+        self.stop_processes()
         left = []
         for host in self.hosts.values():
             _ip("netns", "del", host.namespace, check=False)
@@ -187,12 +254,15 @@ class RehearsalNetwork:
             return None
         data = json.loads(state.read_text())
         data["hosts"] = {k: Host(**v) for k, v in data["hosts"].items()}
+        data.setdefault("owner", -1)  # recorded by an earlier release without it: no owner to ask
+        data.setdefault("owner_started", 0.0)
         return cls(**data)
 
     # ------------------------------------------------------------------ using it
-    def command(self, name: str, cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
-        """Run ``cmd`` inside ``name``'s network stack and wait for it."""
-        proc = subprocess.run(self.prefix(name) + cmd, capture_output=True, text=True, timeout=60)
+    def command(self, name: str, cmd: list[str], check: bool = True, timeout: float = 60
+                ) -> subprocess.CompletedProcess:
+        """Run ``cmd`` inside ``name``'s network stack and wait for it (at most ``timeout`` s)."""
+        proc = subprocess.run(self.prefix(name) + cmd, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             raise NetworkError(f"in {name}'s namespace, `{' '.join(cmd)}` failed: {proc.stderr.strip()}")
         return proc
@@ -264,6 +334,14 @@ def _nat_problems(subnet: ipaddress.IPv4Network) -> list[str]:
     base = str(subnet.network_address).rsplit(".", 2)[0]
     return [f"NAT rule: {line}" for line in rules.splitlines()
             if line.startswith("-A") and (base in line or "MASQUERADE" in line)]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, waiting for its parent to reap it, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _write_if_present(path: str, value: str) -> None:
