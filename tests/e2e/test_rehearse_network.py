@@ -1,46 +1,65 @@
-"""`feddg rehearse-network` for real: provisioned kits, a network namespace per participant, mTLS to the server's
-name, and the drills that run during one job (tiny experiment, three hospitals)."""
+"""`feddg rehearse-network` for real, as a hospital's IT would run it: its own small job (three hospitals), the
+provisioned kits on a network namespace each, mTLS to the server's name, and all five drills, with their figures
+checked; then nothing of the run may be left (namespaces, links, hosts files, processes)."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 
-from feddg.jobs import write_job
-from feddg.rehearsal.command import DRILLS_FILE, rehearse_network
+from feddg.provisioning import ADMIN_PORT, FED_LEARN_PORT
+from feddg.rehearsal.command import DRILLS, DRILLS_FILE, SERVER_NAME, SMALL_ROUNDS, rehearse_network
 from feddg.rehearsal.network import STATE_FILE
-from tests.conftest import tiny_experiment
+from tests.conftest import needs_netns
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                                 reason="network namespaces need root and iproute2")]
+pytestmark = [pytest.mark.slow, needs_netns]
 
 
-def test_a_job_on_separate_stacks_survives_a_link_flap_and_refuses_foreign_kits(tmp_path):
-    exp = tiny_experiment("prostate", rounds=4, local_epochs=2, task_timeout=120)
-    exp["data"]["sites"] = ["BIDMC", "BMC", "RUNMC"]
-    job = write_job(tmp_path / "jobs", "prostate_fedavg", exp)
+def test_the_small_job_on_separate_stacks_passes_every_drill_and_leaves_nothing(tmp_path):
     ws = tmp_path / "ws"
-    outcomes = {o.name: o for o in rehearse_network(job, ws, ["link-flap", "foreign-kit"], subnet="198.19.9.0/24",
-                                                      timeout=900)}
+    outcomes = {o.name: o for o in rehearse_network(None, ws, list(DRILLS), subnet="198.19.9.0/24", timeout=900)}
+    assert list(outcomes) == DRILLS
+
+    exposure = outcomes["exposure"]
+    assert exposure.passed, exposure.detail
+    open_ports = {host: ports for host, ports in exposure.figures["open"].items() if ports}
+    assert open_ports == {SERVER_NAME: [FED_LEARN_PORT, ADMIN_PORT]}
+    assert all(a["plain"] == "nothing" and a["tls without a certificate"] != "accepted"
+               for a in exposure.figures["answers_without_certificate"].values())
+
     flap = outcomes["link-flap"]
     assert flap.passed, flap.detail
-    assert flap.figures["sites_per_round"] == [2, 2, 2, 2]
-    assert flap.figures["round_1_waited_s"] >= 5  # the round did wait for the cut link
+    assert set(flap.figures["sites_per_round"]) == {2} and flap.figures["rounds_checked"] > flap.figures["cut_in_round"] + 1
+
+    loss = outcomes["link-loss"]
+    assert loss.passed, loss.detail
+    assert loss.figures["site"] == "BIDMC" and loss.figures["lost_in_round"] is not None
+    assert loss.figures["evaluation_missing"] == ["BIDMC"] and "RUNMC" in loss.figures["sites_scored"]
+
     foreign = outcomes["foreign-kit"]
     assert foreign.passed, foreign.detail
-    attempts = foreign.figures["attempts"]
-    assert attempts["foreign certificate, our root CA"]["refused"]
-    assert not attempts["our hospital's certificate (control)"]["refused"]
+    assert foreign.figures["attempts"]["foreign certificate, our root CA"]["refused"]
+    assert not foreign.figures["attempts"]["our hospital's certificate (control)"]["refused"]
     assert foreign.figures["nvflare_connections_from_intruder"] == 0
+
+    restart = outcomes["server-restart"]
+    assert restart.passed, restart.detail
+    assert restart.figures["files_checked"] > 0 and restart.figures["files_changed"] == []
+    assert restart.figures["hospitals_restarted"] == []
+    start = restart.figures["resumed_from_round"]
+    assert restart.figures["resumed_rounds"] == list(range(start, SMALL_ROUNDS))
+    assert restart.figures["ga_history_rounds"] == list(range(SMALL_ROUNDS))
+
     written = json.loads((ws / DRILLS_FILE).read_text())
-    assert [d["name"] for d in written["drills"]] == ["link-flap", "foreign-kit"]
-    # everything it made is gone: namespaces, bridge, hosts files
+    assert [d["name"] for d in written["drills"]] == DRILLS
+    # everything it made is gone: namespaces, bridge, hosts files, processes started from its kits
     state = json.loads((ws / STATE_FILE).read_text())
     assert not any(Path("/run/netns", h["namespace"]).exists() for h in state["hosts"].values())
+    assert not any(Path("/etc/netns", h["namespace"]).exists() for h in state["hosts"].values())
     assert subprocess.run(["ip", "link", "show", state["bridge"]], capture_output=True).returncode != 0
+    kits = str(ws / "kits")
+    assert not [p.pid for p in psutil.process_iter(["cmdline"]) if kits in " ".join(p.info["cmdline"] or [])]

@@ -14,9 +14,10 @@
    TLS to the server's name), the command waits with a bound, downloads the result and prints the metrics table.
    Without JOB it runs a small job of its own (:func:`small_job`).
 4. **Drills**, each writing its outcome to ``DIR/drills.json`` (``{"drills": [{"name", "passed", "figures",
-   "detail"}]}``) and to the printed table. During the job: ``exposure`` and then ``foreign-kit`` from the
-   intruder's namespace; ``link-flap`` once the port probe is done, then ``link-loss``. After it:
-   ``server-restart``, with a job of its own and the resumed job that continues it.
+   "detail"}]}``), to ``DIR/drills.md`` and to the printed table. Before the job: the port probe of
+   ``exposure``; during it: the rest of ``exposure`` (who listens), ``link-flap``, then ``link-loss``, and beside
+   them ``foreign-kit`` from the intruder's namespace; after it: ``server-restart``, with a job of its own and the
+   resumed job that continues it.
 5. Everything it started is stopped by process id (and whatever still runs inside its namespaces), and the
    network is removed, on success, failure and Ctrl-C.
 
@@ -97,6 +98,8 @@ class Rehearsal:
     server_process: subprocess.Popen | None = None
     site_processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     cut: set[str] = field(default_factory=set)  # hospitals whose link a drill left down until the job ends
+    probe: dict[str, Any] | None = None  # the exposure drill's port probe, taken before the job
+    loss_round: int | None = None  # the round link-loss cut its link in: later rounds lack that site by design
 
     @property
     def workspace(self) -> Path:
@@ -267,6 +270,8 @@ def rounds_completed(r: Rehearsal, job_id: str) -> int:
 def wait_for_rounds(r: Rehearsal, job_id: str, rounds: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while rounds_completed(r, job_id) < rounds:
+        if (r.job_store / job_id / "workspace").exists():  # the server stored the finished job's result
+            raise RehearsalError(f"job {job_id} ended before {rounds} rounds were completed")
         if time.monotonic() > deadline:
             raise RehearsalError(f"job {job_id}: fewer than {rounds} rounds after {timeout:.0f} s")
         time.sleep(0.2)
@@ -277,16 +282,15 @@ def wait_for_rounds(r: Rehearsal, job_id: str, rounds: int, timeout: float) -> N
 Check = Callable[[dict], DrillOutcome]
 
 
-def exposure(r: Rehearsal, job_id: str) -> Check:
-    """From the intruder's namespace, every TCP port (1-65535) of every other participant, once, while the job
-    runs (:func:`feddg.rehearsal.probe.open_ports`). Expected: only the server's fed-learn and admin ports accept a
-    connection, and neither gives anything to a client without a kit's certificate (plain bytes get no answer, a
-    TLS handshake without a client certificate is refused)."""
+def probe_ports(r: Rehearsal) -> dict[str, Any]:
+    """The first half of ``exposure``, before the job is submitted (a port probe may not meet a cut link): from the
+    intruder's namespace, every TCP port (1-65535) of every other participant, once
+    (:func:`feddg.rehearsal.probe.open_ports`), and what each open port gives a client without a kit's certificate
+    (plain bytes, and a TLS handshake without a client certificate)."""
     targets = {name: host.address for name, host in r.net.hosts.items() if name != INTRUDER}
     started = time.monotonic()
     out = r.net.command(INTRUDER, [sys.executable, "-m", "feddg.rehearsal.probe", "ports", *targets.values()],
                         timeout=900).stdout
-    probe_s = round(time.monotonic() - started, 1)
     by_address = json.loads(out)
     found = {name: by_address[address] for name, address in targets.items()}
     answers = {}
@@ -295,17 +299,42 @@ def exposure(r: Rehearsal, job_id: str) -> Check:
             reply = r.net.command(INTRUDER, [sys.executable, "-m", "feddg.rehearsal.probe", "serves",
                                              targets[name], str(port)], timeout=60).stdout
             answers[f"{name}:{port}"] = json.loads(reply)
-    expected = {name: ([FED_LEARN_PORT, ADMIN_PORT] if name == SERVER_NAME else []) for name in targets}
-    served = {where: a for where, a in answers.items()
+    return {"ports_probed_per_host": 65535, "hosts": len(targets), "probe_s": round(time.monotonic() - started, 1),
+            "open": found, "answers_without_certificate": answers}
+
+
+def exposure(r: Rehearsal, job_id: str) -> Check:
+    """The port probe taken before the job (:func:`probe_ports`, in ``r.probe``), and, once the job has completed a
+    round, every participant's listening TCP sockets (``ss`` inside its namespace: the job processes' too).
+    Expected: only the server's fed-learn and admin ports accept a connection from the network, neither gives
+    anything to a client without a kit's certificate, and during the job nothing else listens on an address other
+    than loopback."""
+    wait_for_rounds(r, job_id, 1, 600)
+    listening = {}
+    for name in r.net.hosts:
+        if name == INTRUDER:
+            continue
+        out = r.net.command(name, ["ss", "-Htln"]).stdout
+        local = [line.split()[3] for line in out.splitlines() if len(line.split()) > 3]
+        listening[name] = sorted(a for a in local if not a.startswith(("127.", "[::1]", "localhost")))
+    probe = r.probe or {}
+    found = probe.get("open", {})
+    expected = {name: ([FED_LEARN_PORT, ADMIN_PORT] if name == SERVER_NAME else []) for name in found}
+    served = {where: a for where, a in probe.get("answers_without_certificate", {}).items()
               if a.get("plain") != "nothing" or a.get("tls without a certificate") == "accepted"}
-    passed = {k: sorted(v) for k, v in found.items()} == {k: sorted(v) for k, v in expected.items()} and not served
-    figures = {"ports_probed_per_host": 65535, "hosts": len(targets), "probe_s": probe_s, "open": found,
-               "answers_without_certificate": answers}
+    server_ports = {f":{FED_LEARN_PORT}", f":{ADMIN_PORT}"}
+    extra = {name: [a for a in addresses if not (name == SERVER_NAME and a[a.rfind(":"):] in server_ports)]
+             for name, addresses in listening.items()}
+    extra = {name: addresses for name, addresses in extra.items() if addresses}
+    passed = bool(found) and found == expected and not served and not extra
+    figures = {**probe, "listening_during_job": listening}
 
     def check(_report: dict) -> DrillOutcome:
         opened = ", ".join(f"{n}:{p}" for n, ports in found.items() for p in ports) or "none"
-        detail = (f"open ports of {len(targets)} hosts ({probe_s} s for 65535 ports each): {opened}; "
-                  + ("nothing served without a kit's certificate" if not served else f"SERVED: {served}"))
+        detail = (f"open ports of {probe.get('hosts')} hosts ({probe.get('probe_s')} s for 65535 ports each): "
+                  f"{opened}; " + ("nothing served without a kit's certificate" if not served else f"SERVED: {served}")
+                  + "; during the job " + ("nothing else listens off loopback" if not extra
+                                          else f"ALSO LISTENING: {extra}"))
         return DrillOutcome("exposure", passed, figures, detail)
 
     return check
@@ -324,19 +353,21 @@ def link_flap(r: Rehearsal, job_id: str) -> Check:
     r.net.link(victim, up=True)
 
     def check(report: dict) -> DrillOutcome:
-        history = report.get("history", [])
+        # with link-loss in the same job, the rounds from its cut on lack its site by design
+        end = r.loss_round if r.loss_round is not None else cfg.train.rounds
+        history = [h for h in report.get("history", []) if h["round"] < end]
         train = set(cfg.data.train_sites)
         full = [h["round"] for h in history if set(h["sites"]) == train]
-        durations = _round_seconds(report)
-        figures = {"site": victim, "link_down_s": FLAP_SECONDS, "cut_in_round": at_round, "rounds": len(history),
-                   "sites_per_round": [len(h["sites"]) for h in history], "round_s": durations,
-                   "cut_round_waited_s": (round(durations[at_round] - min(durations), 1)
-                                          if len(durations) > at_round else None)}
-        passed = len(history) == cfg.train.rounds and len(full) == len(history)
+        durations = _round_seconds(report)[:end]
+        figures = {"site": victim, "link_down_s": FLAP_SECONDS, "cut_in_round": at_round,
+                   "rounds_checked": len(history), "sites_per_round": [len(h["sites"]) for h in history],
+                   "round_s": durations, "cut_round_waited_s": (round(durations[at_round] - min(durations), 1)
+                                                                if len(durations) > at_round else None)}
+        passed = len(history) == end > at_round + 1 and len(full) == len(history)
         detail = (f"{victim}'s link was down {FLAP_SECONDS} s in round {at_round} (from "
                   f"{time.strftime('%H:%M:%S', time.localtime(cut))}); "
-                  + ("every round had every training site" if passed else
-                     f"rounds with every training site: {len(full)} of {len(history)}"))
+                  + (f"rounds 0-{end - 1} all had every training site" if passed else
+                     f"rounds with every training site: {len(full)} of the {len(history)} before round {end}"))
         return DrillOutcome("link-flap", passed, figures, detail)
 
     return check
@@ -350,8 +381,9 @@ def link_loss(r: Rehearsal, job_id: str) -> Check:
     cfg = r.cfg
     victim = cfg.data.train_sites[0]
     done = rounds_completed(r, job_id)
-    wait_for_rounds(r, job_id, done + 1, 600)  # cut at the start of a round
+    wait_for_rounds(r, job_id, done + 2, 600)  # cut at the start of a round, a full round after the flap's
     at_round = rounds_completed(r, job_id)
+    r.loss_round = at_round
     left = cfg.train.rounds - at_round
     cut, cut_at = time.monotonic(), time.time()
     r.net.link(victim, up=False)
@@ -453,8 +485,9 @@ def server_restart(r: Rehearsal, timeout: float) -> DrillOutcome:
     registered with the new server without being restarted (same process ids), and ``feddg resume-job`` continuing
     the run from its last completed round as a new job whose history (rounds, GA weights) continues the old one.
 
-    NVFlare 2.9 does not resume a job after a server restart (its job store still lists it as running); the drill
-    records that status, and the resumed job is what an operator runs instead."""
+    NVFlare 2.9 does not resume a job after a server restart, nor close it: its job store still lists it as
+    running. The drill records that status, aborts it as an operator would (``nvflare job abort``), and runs the
+    resumed job instead."""
     job_id = submit(r.poc, r.job)
     wait_for_rounds(r, job_id, 2, timeout)
     run_dir = server_run_dir(r, job_id)
@@ -480,6 +513,9 @@ def server_restart(r: Rehearsal, timeout: float) -> DrillOutcome:
     after = _checksums(kept)
     changed = sorted(f for f in before if after.get(f) != before[f])
     old_status = _job_status(r, job_id)
+    # What an operator does with it: abort it, so that the job store no longer lists it as running.
+    admin(r.poc, ["abort", job_id, "--force"], 120, "job abort", check=False)
+    aborted_status = _job_status(r, job_id)
     resumed, start_round, total = resume_job(r.job, run_dir, r.workspace / "resumed_job")
     second = submit(r.poc, resumed)
     status = wait(r.poc, second, timeout)
@@ -491,7 +527,8 @@ def server_restart(r: Rehearsal, timeout: float) -> DrillOutcome:
     figures = {"rounds_before_kill": done, "files_checked": len(before), "files_changed": changed,
                "server_listening_after_s": listening_s, "hospitals_registered_after_s": reconnect_s,
                "hospitals_restarted": [s for s, pid in site_pids.items() if r.site_processes[s].pid != pid],
-               "killed_job_status_after_restart": old_status, "resumed_job_status": status,
+               "killed_job_status_after_restart": old_status, "killed_job_status_after_abort": aborted_status,
+               "resumed_job_status": status,
                "resumed_from_round": start_round, "total_rounds": total, "resumed_rounds": rounds,
                "ga_history_rounds": ga_rounds}
     passed = (not changed and len(before) > 0 and same_sites and status == "FINISHED:COMPLETED"
@@ -501,7 +538,8 @@ def server_restart(r: Rehearsal, timeout: float) -> DrillOutcome:
               + (f"CHANGED: {changed}" if changed else "all unchanged")
               + f"; new server listening after {listening_s} s, hospitals back without restart after "
               + ", ".join(f"{s} {t} s" for s, t in reconnect_s.items())
-              + f"; killed job listed as {old_status}; resumed job ({status}) trained rounds "
+              + f"; killed job listed as {old_status} ({aborted_status} after `nvflare job abort`); resumed job "
+              + f"({status}) trained rounds "
               + (f"{rounds[0]}-{rounds[-1]}" if rounds else "none")
               + (f", GA history rounds 0-{ga_rounds[-1]}" if ga_rounds else ""))
     return DrillOutcome("server-restart", passed, figures, detail)
@@ -515,14 +553,12 @@ DURING_JOB: dict[str, Callable[[Rehearsal, str], Check]] = {
 }
 AFTER_JOB: dict[str, Callable[[Rehearsal, float], DrillOutcome]] = {"server-restart": server_restart}
 DRILLS = [*DURING_JOB, *AFTER_JOB]  # the order they run in
-INTRUDER_DRILLS = ("exposure", "foreign-kit")  # run one after the other in a thread of their own
+INTRUDER_DRILLS = ("foreign-kit",)  # in a thread of its own, beside the link cuts
 
 
 def run_during_job(r: Rehearsal, job_id: str, names: list[str]) -> list[Check]:
-    """The drills that act while ``job_id`` runs: the intruder's (the port probe, then the foreign kits) in a thread,
-    the link cuts here once the probe is done (a cut link would leave the probe waiting on its ports)."""
+    """The drills that act while ``job_id`` runs: the foreign kits in a thread, the rest here in their order."""
     checks: dict[str, Check] = {}
-    probed = threading.Event()
 
     def attempt(name: str) -> None:
         try:
@@ -531,19 +567,14 @@ def run_during_job(r: Rehearsal, job_id: str, names: list[str]) -> list[Check]:
             error = f"{type(e).__name__}: {e}"
             checks[name] = lambda _report, n=name: DrillOutcome(n, False, {}, f"could not run: {error}")
 
-    def intrude() -> None:
-        for name in (n for n in INTRUDER_DRILLS if n in names):
-            attempt(name)
-            if name == "exposure":
-                probed.set()
-        probed.set()
-
-    thread = threading.Thread(target=intrude, name="intruder", daemon=True)
-    thread.start()
-    probed.wait(900)
+    intruder = [threading.Thread(target=attempt, args=(n,), name=n, daemon=True)
+                for n in INTRUDER_DRILLS if n in names]
+    for thread in intruder:
+        thread.start()
     for name in (n for n in DURING_JOB if n in names and n not in INTRUDER_DRILLS):
         attempt(name)
-    thread.join(900)
+    for thread in intruder:
+        thread.join(900)
     return [checks[n] for n in DURING_JOB if n in checks]
 
 
@@ -642,6 +673,8 @@ def rehearse_network(job: Path | None, workspace: Path, drills: list[str], subne
               + ", ".join(f"{h.name} {h.address}" for h in r.net.hosts.values()), flush=True)
         start_server(r)
         start_sites(r)
+        if "exposure" in drills:
+            r.probe = probe_ports(r)
         job_id = submit(r.poc, job)
         during = [d for d in drills if d in DURING_JOB]
         print(f"job {job_id} submitted by {r.poc.lead} from the admins' namespace; drills: {drills or 'none'}",
