@@ -513,10 +513,11 @@ def server_restart(r: Rehearsal, timeout: float) -> DrillOutcome:
     after = _checksums(kept)
     changed = sorted(f for f in before if after.get(f) != before[f])
     old_status = _job_status(r, job_id)
-    # What an operator does with it: abort it, so that the job store no longer lists it as running.
+    # What an operator does: write the resumed job from the run folder (it copies what it needs), then abort the
+    # killed job so that the job store no longer lists it as running, then submit the resumed job.
+    resumed, start_round, total = resume_job(r.job, run_dir, r.workspace / "resumed_job")
     admin(r.poc, ["abort", job_id, "--force"], 120, "job abort", check=False)
     aborted_status = _job_status(r, job_id)
-    resumed, start_round, total = resume_job(r.job, run_dir, r.workspace / "resumed_job")
     second = submit(r.poc, resumed)
     status = wait(r.poc, second, timeout)
     result = r.workspace / "results" / second
