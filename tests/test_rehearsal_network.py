@@ -89,13 +89,22 @@ def test_the_network_connects_its_hosts_isolates_them_and_cuts_a_link(tmp_path):
 
 @needs_netns
 def test_a_recorded_network_is_found_and_removed_by_a_later_run(tmp_path):
+    """A run killed with a process still inside its network: the next run finds the record, stops that process
+    (it runs in one of the recorded namespaces, so it is the killed run's) and removes the rest."""
     net = _plan(tmp_path, "198.19.8.0/24")
+    left_running = None
     try:
         net.create()
+        left_running = subprocess.Popen(net.prefix("BIDMC") + ["sleep", "300"])
+        deadline = time.monotonic() + 10
+        while not net.processes() and time.monotonic() < deadline:
+            time.sleep(0.1)
         again = RehearsalNetwork.leftover(tmp_path)
-        assert again == net
+        assert again == net and again.processes() == {net.hosts["BIDMC"].namespace: [left_running.pid]}
     finally:
         assert RehearsalNetwork.leftover(tmp_path).teardown() == []
+        if left_running is not None:
+            assert left_running.wait(timeout=10) is not None  # stopped by the teardown
 
 
 # ---------------------------------------------------------------------- the command's refusals (no root needed)
