@@ -702,7 +702,10 @@ def rehearse_network(job: Path | None, workspace: Path, drills: list[str], subne
         if missing:
             print(f"not evaluated (reported missing, not scored): {missing}\n", flush=True)
         for name in (d for d in drills if d in AFTER_JOB):
-            outcomes.append(AFTER_JOB[name](r, timeout))
+            try:
+                outcomes.append(AFTER_JOB[name](r, timeout))
+            except (RehearsalError, NetworkError, OSError, ValueError, subprocess.SubprocessError) as e:
+                outcomes.append(DrillOutcome(name, False, {}, f"stopped: {type(e).__name__}: {e}"))
         return outcomes
     finally:
         if r is not None:
