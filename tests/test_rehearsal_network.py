@@ -127,18 +127,27 @@ def test_missing_privileges_are_named_and_nothing_is_written(tmp_path, monkeypat
     assert list(tmp_path.iterdir()) == []  # not even the small job
 
 
-def test_a_workspace_of_a_running_rehearsal_is_refused_naming_its_process(tmp_path):
+def test_a_workspace_of_a_running_rehearsal_is_refused_naming_its_process(tmp_path, monkeypatch):
+    import dataclasses
+    import json
+
     import psutil
 
-    from feddg.rehearsal.command import clear_workspace
+    import feddg.rehearsal.network as network
+    from feddg.rehearsal.command import clear_workspace, rehearse_network
 
-    net = _plan(tmp_path)
+    monkeypatch.setattr(network, "missing_privileges", lambda: [])  # the refusal comes before any privileged step
+    ws = tmp_path / "ws"
+    net = _plan(ws)
     net.owner, net.owner_started = 1, psutil.Process(1).create_time()  # a process that runs: "the rehearsal"
-    (tmp_path / "network.json").write_text(__import__("json").dumps(__import__("dataclasses").asdict(net)))
-    (tmp_path / "kits").mkdir()
+    (ws / "kits").mkdir(parents=True)
+    (ws / "network.json").write_text(json.dumps(dataclasses.asdict(net)))
     with pytest.raises(NetworkError, match="in use by a running rehearsal \\(process 1"):
-        clear_workspace(tmp_path)
-    assert (tmp_path / "kits").is_dir()  # nothing removed
+        clear_workspace(ws)
+    with pytest.raises(NetworkError, match="in use by a running rehearsal \\(process 1"):
+        rehearse_network(None, ws, ["link-flap"])
+    assert (ws / "kits").is_dir()  # nothing removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]  # the small job beside it not (re)written
     net.owner_started += 1  # the same id, another process: the rehearsal is gone
     assert not RehearsalNetwork(**{**net.__dict__}).owner_alive()
 
@@ -165,3 +174,41 @@ def test_a_job_with_sites_outside_the_consortium_is_refused_before_anything_is_m
     with pytest.raises(ValueError, match="Mayo"):
         setup(job, tmp_path / "ws")
     assert not (tmp_path / "ws").exists()
+
+
+def test_every_requested_drill_has_an_outcome_even_when_one_raises_or_hangs(monkeypatch):
+    import threading
+
+    from feddg.rehearsal import command
+
+    release = threading.Event()
+
+    def hangs(_r, _job_id):  # the intruder's thread, still busy when the job is over
+        release.wait(30)
+        raise AssertionError("never judged")
+
+    def raises(_r, _job_id):
+        raise KeyError("a drill's own bug")
+
+    def checks(_r, _job_id):
+        return lambda report: command.DrillOutcome("link-flap", True, {}, "ok")
+
+    monkeypatch.setitem(command.DURING_JOB, "foreign-kit", hangs)
+    monkeypatch.setitem(command.DURING_JOB, "link-loss", raises)
+    monkeypatch.setitem(command.DURING_JOB, "link-flap", checks)
+    try:
+        found = command.run_during_job(None, "job", ["link-flap", "foreign-kit", "link-loss"], thread_timeout=0.5)
+    finally:
+        release.set()
+    outcomes = {n: command._judge(check, n, {}) for n, check in found.items()}
+    assert list(outcomes) == ["link-flap", "foreign-kit", "link-loss"]
+    assert outcomes["link-flap"].passed
+    assert not outcomes["foreign-kit"].passed and "did not finish within 0 s" in outcomes["foreign-kit"].detail
+    assert not outcomes["link-loss"].passed and "KeyError" in outcomes["link-loss"].detail
+
+
+def test_a_check_that_raises_fails_its_own_drill_only():
+    from feddg.rehearsal.command import _judge
+
+    outcome = _judge(lambda report: report["history"], "exposure", {})
+    assert not outcome.passed and outcome.name == "exposure" and "KeyError" in outcome.detail

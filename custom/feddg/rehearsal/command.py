@@ -100,6 +100,7 @@ class Rehearsal:
     cut: set[str] = field(default_factory=set)  # hospitals whose link a drill left down until the job ends
     probe: dict[str, Any] | None = None  # the exposure drill's port probe, taken before the job
     loss_round: int | None = None  # the round link-loss cut its link in: later rounds lack that site by design
+    loss_site: str | None = None  # the hospital whose link link-loss cut
 
     @property
     def workspace(self) -> Path:
@@ -171,14 +172,21 @@ def provision(workspace: Path, task: str, sites: list[str], folder: str) -> Path
     return prod
 
 
+def refuse_if_running(workspace: Path) -> RehearsalNetwork | None:
+    """The network an earlier rehearsal on ``workspace`` recorded (None if none); refused, naming its processes,
+    while that rehearsal still runs."""
+    old = RehearsalNetwork.leftover(workspace)
+    if old is not None and old.owner_alive():
+        raise NetworkError(f"{workspace} is in use by a running rehearsal (process {old.owner}; processes in "
+                           f"its namespaces: {old.processes()}); stop it or choose another --workspace")
+    return old
+
+
 def clear_workspace(workspace: Path) -> None:
     """Remove what an earlier rehearsal on ``workspace`` left (its recorded network and whatever still runs in it);
     refused, naming its processes, while that rehearsal still runs."""
-    old = RehearsalNetwork.leftover(workspace)
+    old = refuse_if_running(workspace)
     if old is not None:
-        if old.owner_alive():
-            raise NetworkError(f"{workspace} is in use by a running rehearsal (process {old.owner}; processes in "
-                               f"its namespaces: {old.processes()}); stop it or choose another --workspace")
         left = old.teardown()
         if left:
             raise NetworkError(f"a previous rehearsal's network in {workspace} could not be removed: {left}")
@@ -204,8 +212,12 @@ def setup(job: Path, workspace: Path, subnet: str = DEFAULT_SUBNET) -> Rehearsal
     prefixes = {SERVER_NAME: net.prefix(SERVER_NAME), **{s: net.prefix(s) for s in sites},
                 **{a: net.prefix(ADMINS) for a in admins}}
     poc = POC(workspace, prod, SERVER_NAME, sites, hospital_admins(sites[0])["lead"], prefixes=prefixes)
-    net.create()
-    net.verify_isolated()
+    try:
+        net.create()
+        net.verify_isolated()
+    except BaseException:
+        net.teardown()  # whatever part of it was made
+        raise
     return Rehearsal(job, cfg, poc, net, foreign)
 
 
@@ -385,10 +397,13 @@ def link_loss(r: Rehearsal, job_id: str) -> Check:
     at_round = rounds_completed(r, job_id)
     r.loss_round = at_round
     left = cfg.train.rounds - at_round
+    since = _server_log_size(r)
     cut, cut_at = time.monotonic(), time.time()
     r.net.link(victim, up=False)
     r.cut.add(victim)
-    dropped = _wait_for_line(r.server_log, (f"Remove the dead Client. Name: {victim}.",), HEART_BEAT_TIMEOUT + 120)
+    r.loss_site = victim
+    dropped = _wait_for_line(r.server_log, (f"Remove the dead Client. Name: {victim}.",), HEART_BEAT_TIMEOUT + 120,
+                             since)
     dropped_s = round(time.monotonic() - cut, 1) if dropped else None
 
     def check(report: dict) -> DrillOutcome:
@@ -432,7 +447,8 @@ def foreign_kit(r: Rehearsal, job_id: str) -> Check:
     handshake with the foreign hospital's client certificate that trusts our root CA (public in every kit; a
     client kit with it swapped in fails its own startup signature check, so the handshake is made directly): the
     server must refuse the certificate; the same handshake with our own hospital's certificate, which must be
-    accepted (so the refusal is the certificate's, not the network's); the foreign lead's admin console."""
+    accepted (so the refusal is the certificate's, not the network's); the foreign lead's admin console, and, as
+    its control, our own lead's admin kit from the same namespace, which must be let in."""
     site = r.poc.clients[0]
     intruder = r.net.hosts[INTRUDER].address
     before = _server_log_size(r)
@@ -452,12 +468,12 @@ def foreign_kit(r: Rehearsal, job_id: str) -> Check:
                                           str(FED_LEARN_PORT), str(our_ca), str(certs / "client.crt"),
                                           str(certs / "client.key")], timeout=60).stdout.strip()
         attempts[name] = {"refused": answer != '"accepted"', "answer": json.loads(answer) if answer else ""}
-    lead = r.foreign / hospital_admins(site)["lead"]
-    admin_try = subprocess.run(r.net.prefix(INTRUDER) + ["nvflare", "job", "list", "--startup-kit", str(lead)],
-                               capture_output=True, text=True, timeout=120, env=r.poc.env)
-    out = (admin_try.stdout + admin_try.stderr).strip()
-    attempts["foreign admin"] = {"refused": admin_try.returncode != 0,
-                                 "answer": out.splitlines()[-1][:200] if out else ""}
+    lead = hospital_admins(site)["lead"]
+    for name, kit in (("foreign admin", r.foreign / lead), ("our lead's admin kit (control)", r.poc.kit(lead))):
+        admin_try = subprocess.run(r.net.prefix(INTRUDER) + ["nvflare", "job", "list", "--startup-kit", str(kit)],
+                                   capture_output=True, text=True, timeout=120, env=r.poc.env)
+        out = (admin_try.stdout + admin_try.stderr).strip()
+        attempts[name] = {"refused": admin_try.returncode != 0, "answer": out.splitlines()[-1][:200] if out else ""}
     server_lines = [line for line in _server_log_since(r, before).splitlines() if intruder in line]
 
     def check(report: dict) -> DrillOutcome:
@@ -495,6 +511,7 @@ def server_restart(r: Rehearsal, timeout: float) -> DrillOutcome:
     for proc in server_tree:
         _signal(proc, signal.SIGSTOP)
     done = rounds_completed(r, job_id)
+    had_history = any(run_dir.rglob(GA_HISTORY))  # the method keeps a history the resumed job must continue
     kept = [run_dir, *(p for p in r.job_store.iterdir() if p.is_dir() and p.name != job_id)]
     before = _checksums(kept)
     for proc in server_tree:
@@ -531,10 +548,10 @@ def server_restart(r: Rehearsal, timeout: float) -> DrillOutcome:
                "killed_job_status_after_restart": old_status, "killed_job_status_after_abort": aborted_status,
                "resumed_job_status": status,
                "resumed_from_round": start_round, "total_rounds": total, "resumed_rounds": rounds,
-               "ga_history_rounds": ga_rounds}
+               "killed_job_had_ga_history": had_history, "ga_history_rounds": ga_rounds}
     passed = (not changed and len(before) > 0 and same_sites and status == "FINISHED:COMPLETED"
               and start_round == done and rounds == list(range(start_round, total))
-              and (ga_rounds is None or ga_rounds == list(range(total))))
+              and (ga_rounds == list(range(total)) if had_history else ga_rounds is None))
     detail = (f"server killed after {done} rounds; {len(before)} files checked, "
               + (f"CHANGED: {changed}" if changed else "all unchanged")
               + f"; new server listening after {listening_s} s, hospitals back without restart after "
@@ -557,26 +574,34 @@ DRILLS = [*DURING_JOB, *AFTER_JOB]  # the order they run in
 INTRUDER_DRILLS = ("foreign-kit",)  # in a thread of its own, beside the link cuts
 
 
-def run_during_job(r: Rehearsal, job_id: str, names: list[str]) -> list[Check]:
-    """The drills that act while ``job_id`` runs: the foreign kits in a thread, the rest here in their order."""
+def _failed(name: str, detail: str) -> Check:
+    return lambda _report: DrillOutcome(name, False, {}, detail)
+
+
+def run_during_job(r: Rehearsal, job_id: str, names: list[str], thread_timeout: float = 900) -> dict[str, Check]:
+    """The drills that act while ``job_id`` runs: the foreign kits in a thread, the rest here in their order. A
+    drill that raises, or a thread that has not finished within ``thread_timeout`` s, gives a failed check that
+    says so: every requested drill has its outcome."""
     checks: dict[str, Check] = {}
 
     def attempt(name: str) -> None:
         try:
             checks[name] = DURING_JOB[name](r, job_id)
-        except (RehearsalError, NetworkError, OSError, ValueError, subprocess.SubprocessError) as e:
-            error = f"{type(e).__name__}: {e}"
-            checks[name] = lambda _report, n=name: DrillOutcome(n, False, {}, f"could not run: {error}")
+        except Exception as e:  # noqa: BLE001 - any error is this drill's outcome, never the end of the others
+            checks[name] = _failed(name, f"could not run: {type(e).__name__}: {e}")
 
     intruder = [threading.Thread(target=attempt, args=(n,), name=n, daemon=True)
                 for n in INTRUDER_DRILLS if n in names]
     for thread in intruder:
         thread.start()
-    for name in (n for n in DURING_JOB if n in names and n not in INTRUDER_DRILLS):
-        attempt(name)
-    for thread in intruder:
-        thread.join(900)
-    return [checks[n] for n in DURING_JOB if n in checks]
+    try:
+        for name in (n for n in DURING_JOB if n in names and n not in INTRUDER_DRILLS):
+            attempt(name)
+    finally:  # also on Ctrl-C: the thread's processes are stopped with the rest only after it is joined or timed out
+        for thread in intruder:
+            thread.join(thread_timeout)
+    return {n: checks.get(n, _failed(n, f"did not finish within {thread_timeout:.0f} s"))
+            for n in DURING_JOB if n in names}
 
 
 def _tree(proc: subprocess.Popen) -> list[psutil.Process]:
@@ -615,11 +640,12 @@ def _job_status(r: Rehearsal, job_id: str) -> str:
     return "not listed"
 
 
-def _wait_for_line(log: Path, needles: tuple[str, ...], timeout: float) -> str:
-    """The text of ``log`` once it holds one of ``needles``; empty if none within ``timeout`` s."""
+def _wait_for_line(log: Path, needles: tuple[str, ...], timeout: float, since: int = 0) -> str:
+    """The text of ``log`` from byte ``since`` on, once it holds one of ``needles``; empty if none within
+    ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        text = log.read_text(errors="replace") if log.exists() else ""
+        text = _read_since(log, since)
         if any(n in text for n in needles):
             return text
         time.sleep(1)
@@ -636,10 +662,14 @@ def _server_log_size(r: Rehearsal) -> int:
 
 
 def _server_log_since(r: Rehearsal, offset: int) -> str:
-    if not r.server_log.exists():
+    return _read_since(r.server_log, offset)
+
+
+def _read_since(log: Path, offset: int) -> str:
+    if not log.exists():
         return ""
-    with open(r.server_log, errors="replace") as f:
-        if offset > os.path.getsize(r.server_log):  # the log was rotated or restarted
+    with open(log, errors="replace") as f:
+        if offset > os.path.getsize(log):  # the log was rotated or restarted
             offset = 0
         f.seek(offset)
         return f.read()
@@ -661,6 +691,7 @@ def rehearse_network(job: Path | None, workspace: Path, drills: list[str], subne
     remove everything."""
     require_privileges()  # before anything is written
     workspace = Path(workspace).resolve()
+    refuse_if_running(workspace)  # before the job folders beside it are rewritten
     job = Path(job).resolve() if job is not None else small_job(workspace.parent / f"{workspace.name}_job")
     if overrides:
         job = override_job(job, overrides, workspace.parent / f"{workspace.name}_job_set")
@@ -682,20 +713,31 @@ def rehearse_network(job: Path | None, workspace: Path, drills: list[str], subne
               flush=True)
         checks = run_during_job(r, job_id, during)
         status = wait(r.poc, job_id, timeout)
-        rejoined = _restore_links(r)
+        try:
+            rejoined: dict[str, float] | str = _restore_links(r)
+        except (RehearsalError, NetworkError, subprocess.SubprocessError) as e:
+            rejoined = f"{type(e).__name__}: {e}"  # link-loss fails on it; the other drills keep their outcome
+        report_path = None
+        if status in ("FINISHED:COMPLETED", "FINISHED:ABNORMAL"):
+            report_path = download(r.poc, job_id, workspace / "results" / job_id)
+            report = json.loads(report_path.read_text())
         # A site lost for good never reports the job's end to the server: NVFlare 2.9 then ends the job
-        # FINISHED:ABNORMAL after the workflow finished (the report says what happened).
-        if status != "FINISHED:COMPLETED" and not (status == "FINISHED:ABNORMAL" and "link-loss" in during):
+        # FINISHED:ABNORMAL after the workflow finished. Accepted only where link-loss cut a site that the report
+        # names as lost; anything else is the job's failure.
+        lost = {e["site"] for e in report.get("lost_sites", [])} if report_path else set()
+        if status != "FINISHED:COMPLETED" and not (status == "FINISHED:ABNORMAL" and r.loss_site in lost):
+            outcomes = [DrillOutcome(name, False, {}, f"the job ended {status}") for name in checks]
             raise RehearsalError(f"job {job_id} ended with {status}; the server's errors:\n"
                                  f"{server_errors(r.poc, job_id, workspace / 'results' / job_id)}")
-        report_path = download(r.poc, job_id, workspace / "results" / job_id)
-        report = json.loads(report_path.read_text())
         report["round_timings"] = read_timings(report_path.parent / TIMINGS_FILE)
         report["job_status"] = status
-        outcomes = [check(report) for check in checks]
+        outcomes = [_judge(check, name, report) for name, check in checks.items()]
         for outcome in outcomes:
             if outcome.name == "link-loss":
                 outcome.figures["rejoined_after_link_up_s"] = rejoined
+                if isinstance(rejoined, str):
+                    outcome.passed = False
+                    outcome.detail += f"; its link could not be restored: {rejoined}"
         print(f"\n{job.name} on separate network stacks, unseen site {report['unseen_site']} ({status}; report: "
               f"{report_path})\n{format_table(report['table'])}\n", flush=True)
         missing = report["models"]["final"].get("missing_sites", [])
@@ -704,7 +746,7 @@ def rehearse_network(job: Path | None, workspace: Path, drills: list[str], subne
         for name in (d for d in drills if d in AFTER_JOB):
             try:
                 outcomes.append(AFTER_JOB[name](r, timeout))
-            except (RehearsalError, NetworkError, OSError, ValueError, subprocess.SubprocessError) as e:
+            except Exception as e:  # noqa: BLE001 - recorded as the drill's failure, beside the others' outcomes
                 outcomes.append(DrillOutcome(name, False, {}, f"stopped: {type(e).__name__}: {e}"))
         return outcomes
     finally:
@@ -716,6 +758,14 @@ def rehearse_network(job: Path | None, workspace: Path, drills: list[str], subne
         signal.signal(signal.SIGTERM, previous)
         if outcomes:
             write_outcomes(workspace, outcomes)
+
+
+def _judge(check: Check, name: str, report: dict) -> DrillOutcome:
+    """A drill's check of the report; one that raises is that drill's failure, not the others'."""
+    try:
+        return check(report)
+    except Exception as e:  # noqa: BLE001
+        return DrillOutcome(name, False, {}, f"its check raised {type(e).__name__}: {e}")
 
 
 def _restore_links(r: Rehearsal) -> dict[str, float]:
