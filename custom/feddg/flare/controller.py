@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -108,6 +109,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         self._history: list[dict[str, Any]] = []
         self._run_id = uuid.uuid4().hex  # job ids do not tell runs apart: every simulator run is "simulate_job"
         self._lost: list[dict[str, Any]] = []  # {"site", "round", "time", "rejoined_round"}: NVFlare's verdicts
+        self._lost_lock = threading.Lock()  # written by NVFlare's task monitor thread, read by the workflow
 
     # ------------------------------------------------------------------ sites NVFlare declares gone
     def handle_event(self, event_type: str, fl_ctx: FLContext) -> None:
@@ -115,21 +117,29 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         super().handle_event(event_type, fl_ctx)
         if event_type == EventType.CLIENT_DISCONNECTED:
             site = fl_ctx.get_prop(FLContextKey.DISCONNECTED_CLIENT_NAME)
-            self._lost.append({"site": site, "round": self.current_round, "time": time.time(),
-                               "rejoined_round": None})
+            with self._lost_lock:
+                self._lost.append({"site": site, "round": self.current_round, "time": time.time(),
+                                   "rejoined_round": None})
             self.warning(f"round {self.current_round}: NVFlare declared site {site} disconnected; no more tasks "
                          f"go to it unless it comes back")
         elif event_type == EventType.CLIENT_RECONNECTED:
             site = fl_ctx.get_prop(FLContextKey.RECONNECTED_CLIENT_NAME)
-            for entry in self._lost:
-                if entry["site"] == site and entry["rejoined_round"] is None:
-                    entry["rejoined_round"] = self.current_round
+            with self._lost_lock:
+                for entry in self._lost:
+                    if entry["site"] == site and entry["rejoined_round"] is None:
+                        entry["rejoined_round"] = self.current_round
             self.info(f"round {self.current_round}: site {site} is connected again")
 
     def connected(self, sites: list[str]) -> list[str]:
         """``sites`` without those NVFlare declared disconnected (and that have not come back)."""
-        gone = {e["site"] for e in self._lost if e["rejoined_round"] is None}
+        with self._lost_lock:
+            gone = {e["site"] for e in self._lost if e["rejoined_round"] is None}
         return [s for s in sites if s not in gone]
+
+    def lost_sites(self) -> list[dict[str, Any]]:
+        """A copy of NVFlare's verdicts so far, for the report."""
+        with self._lost_lock:
+            return [dict(e) for e in self._lost]
 
     # ------------------------------------------------------------------ workflow
     def run(self) -> None:
@@ -210,8 +220,9 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
 
     def _run_round(self, model: FLModel, train_sites: list[str], min_sites: int, cfg: FedDGConfig) -> FLModel | None:
         r = self.current_round
-        lost = [s for s in train_sites if s not in self.connected(train_sites)]
-        train_sites = self.connected(train_sites)
+        reachable = self.connected(train_sites)  # one snapshot: a verdict may arrive meanwhile
+        lost = [s for s in train_sites if s not in reachable]
+        train_sites = reachable
         if len(train_sites) < min_sites:
             self.panic(f"round {r}: {len(train_sites)} training site(s) connected ({train_sites}; NVFlare declared "
                        f"{lost} disconnected), the job needs at least {min_sites} (train.min_sites); stopping. The "
@@ -371,7 +382,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             # method that adds its own model after the rounds names it here (MLA-BIN: "mla")
             "table": rows,
             "history": self._history,
-            "lost_sites": self._lost,
+            "lost_sites": self.lost_sites(),
             "config": cfg.to_dict(),
             "seeds": {"split_seed": cfg.data.split_seed, "train_seed": cfg.train.seed,
                       "synthetic_seed": cfg.data.synthetic.seed if cfg.data.root is None else None},
