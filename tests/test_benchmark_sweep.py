@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from feddg.benchmark.sweep import Protocol, Run, plan, prepare_folder, run_experiment, seed_overrides
@@ -52,3 +54,34 @@ def test_the_tables_are_rewritten_after_every_run_and_finished_runs_are_not_redo
     assert tables == [1, 2]
     sweep_module.sweep(*args, report=lambda _: None, after_run=lambda: tables.append(len(ran)))
     assert ran == ["fundus_fedavg_Domain1_seed0", "fundus_fedprox_Domain1_seed0"] and tables == [1, 2]
+
+
+def _record(method: str, site: str, seed: int, dice: dict[str, float]) -> dict:
+    from feddg.jobs import TASK_DEFAULTS
+
+    config = copy.deepcopy(TASK_DEFAULTS["fundus"])
+    test = {name: {"dice": {"mean": value}, "hd95": {"mean": 3.0}, "asd": {"mean": 1.0}}
+            for name, value in dice.items()}
+    return {"status": "ok", "run": {"method": method, "held_out": site, "seed": seed}, "config": config,
+            "report": {"models": {"final": {"sites": {site: {"splits": {"test": test}}}}}}}
+
+
+def test_the_seed_spread_lists_each_seed_of_the_cells_run_with_several():
+    from feddg.benchmark.results import seed_spread
+
+    records = [_record("fedavg", "Domain1", 0, {"disc": 0.90, "cup": 0.70}),
+               _record("fedavg", "Domain1", 2, {"disc": 0.80, "cup": 0.60}),
+               _record("fedavg", "Domain1", 1, {"disc": 0.86, "cup": 0.66}),
+               _record("fedavg", "Domain2", 0, {"disc": 0.90, "cup": 0.70}),  # one seed: no spread to show
+               {**_record("elcfs", "Domain1", 1, {"disc": 0.5, "cup": 0.5}), "status": "failed"},
+               _record("elcfs", "Domain1", 0, {"disc": 0.88, "cup": 0.72})]
+    spread = seed_spread(records)
+    assert list(spread) == [("fedavg", "Domain1")]  # elcfs has one finished seed only
+    assert list(spread[("fedavg", "Domain1")]) == [0, 1, 2]
+    assert spread[("fedavg", "Domain1")] == pytest.approx({0: 0.80, 1: 0.76, 2: 0.70})  # mean of disc and cup
+    from feddg.benchmark.results import comparisons, markdown
+
+    table = markdown(records, comparisons(records), ["fedavg", "elcfs"], ["Domain1", "Domain2"])
+    assert "| method | held-out | seed 0 | seed 1 | seed 2 | max - min |" in table
+    assert "| fedavg | Domain1 | 0.800 | 0.760 | 0.700 | 0.100 |" in table
+    assert "| fedavg | Domain1 (3 seeds) |" not in table and "0.753 (3 seeds)" in table  # the pooled cell says so

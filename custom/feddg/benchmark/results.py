@@ -124,6 +124,18 @@ def cells(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
     return {k: {**v, "values": {m: float(np.mean(x)) for m, x in v["values"].items()}} for k, v in out.items()}
 
 
+def seed_spread(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[int, float]]:
+    """(method, held-out site) -> {seed: held-out Dice (mean over the structures)}, for the cells run with two
+    seeds or more: what retraining alone changes, beside the case-level intervals of one trained model."""
+    dice: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
+    for r in records:
+        summary = held_out_summary(r)
+        if summary is not None:
+            dice[(r["run"]["method"], r["run"]["held_out"])][int(r["run"]["seed"])] = float(
+                np.mean([summary[n]["dice"]["mean"] for n in label_names(r)]))
+    return {k: dict(sorted(v.items())) for k, v in sorted(dice.items()) if len(v) > 1}
+
+
 # ------------------------------------------------------------------------------------------------ statistics
 
 
@@ -204,6 +216,17 @@ def markdown(records: Sequence[dict[str, Any]], stats: dict[str, Any], methods: 
                 average = float(np.mean(values)) if len(values) == len(held_out) else None
                 lines.append(f"| {method} | " + " | ".join(row) + f" | {_fmt(average, metric)} |")
             lines.append("")
+    spread = seed_spread(records)
+    if spread:
+        seeds = sorted({seed for per_seed in spread.values() for seed in per_seed})
+        lines += ["### Seed spread: held-out Dice of each training seed (the case intervals below are for one "
+                  "trained model; this is what retraining changes)", "",
+                  "| method | held-out | " + " | ".join(f"seed {s}" for s in seeds) + " | max - min |",
+                  "|---|---|" + "---|" * (len(seeds) + 1)]
+        for (method, site), per_seed in spread.items():
+            lines.append(f"| {method} | {site} | " + " | ".join(_fmt(per_seed.get(s), "dice") for s in seeds)
+                         + f" | {max(per_seed.values()) - min(per_seed.values()):.3f} |")
+        lines.append("")
     base = stats["baseline"]
     lines += [f"### Dice difference to {base} (paired per case, 95% bootstrap interval; * the interval excludes 0)",
               "", "| method | " + " | ".join(held_out) + " | average | Holm p (average) |",
@@ -324,4 +347,5 @@ def write_results(out: Path, methods: Sequence[str], held_out: Sequence[str], n_
             "plots": figures}
 
 
-__all__ = ["Difference", "comparisons", "load_records", "markdown", "plots", "tidy_rows", "write_results"]
+__all__ = ["Difference", "comparisons", "load_records", "markdown", "plots", "seed_spread", "tidy_rows",
+           "write_results"]
