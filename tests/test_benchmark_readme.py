@@ -1,0 +1,67 @@
+"""The README's benchmark tables are generated from the committed results.md, never typed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from feddg.benchmark.readme import dice_sections, main, quote
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = """# Leave-one-site-out benchmark: fundus
+
+Protocol (every run): `{}`; 2 of 2 runs finished; scores of the held-out site's test cases.
+### Dice, disc
+
+| method | Domain1 | average |
+|---|---|---|
+| fedavg | 0.900 | - |
+
+### HD95 (px), disc
+
+| method | Domain1 | average |
+|---|---|---|
+| fedavg | 3.00 | - |
+
+### Dice difference to fedavg (paired per case, 95% bootstrap interval; * the interval excludes 0)
+
+| method | Domain1 | average | Holm p (average) |
+|---|---|---|---|
+| elcfs | +0.010 [-0.001, +0.020] | - | - |
+"""
+
+
+def test_the_dice_sections_and_the_protocol_are_quoted_and_nothing_else():
+    quoted = dice_sections(RESULTS)
+    assert quoted.startswith("Protocol (every run)")
+    assert "### Dice, disc" in quoted and "### Dice difference to fedavg" in quoted and "| elcfs | +0.010" in quoted
+    assert "HD95" not in quoted and "# Leave-one-site-out" not in quoted
+
+
+def test_a_block_is_rewritten_between_its_markers_and_the_rest_is_kept(tmp_path):
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "results.md").write_text(RESULTS)
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- results: res -->\n| typed | 0.999 |\n<!-- /results -->\nafter\n")
+    assert main([str(readme), "res", "--check"]) == 1  # a typed number is caught
+    assert main([str(readme), "res"]) == 0
+    text = readme.read_text()
+    assert text.startswith("intro\n<!-- results: res -->\nProtocol") and text.endswith("<!-- /results -->\nafter\n")
+    assert "0.999" not in text and "| fedavg | 0.900 | - |" in text
+    assert main([str(readme), "res", "--check"]) == 0
+
+
+def test_a_missing_block_or_results_file_is_named(tmp_path):
+    with pytest.raises(ValueError, match="no block '<!-- results: res -->'"):
+        quote("no markers here", tmp_path, "res")
+    with pytest.raises(ValueError, match="res/results.md: no results.md"):
+        quote("<!-- results: res -->\n<!-- /results -->", tmp_path, "res")
+
+
+def test_the_committed_readme_quotes_the_committed_result_sets():
+    readme = (ROOT / "README.md").read_text()
+    folders = [line.split("results: ", 1)[1].split(" -->")[0] for line in readme.splitlines()
+               if line.startswith("<!-- results: ")]
+    assert "benchmarks/results/loso_prostate" in folders
+    assert main([str(ROOT / "README.md"), *folders, "--check"]) == 0
