@@ -45,6 +45,9 @@ def test_the_small_job_on_separate_stacks_passes_every_drill_and_leaves_nothing(
     assert foreign.figures["attempts"]["foreign certificate, our root CA"]["refused"]
     assert not foreign.figures["attempts"]["our hospital's certificate (control)"]["refused"]
     assert foreign.figures["nvflare_connections_from_intruder"] == 0
+    assert not foreign.figures["attempts"]["our lead's admin kit (control)"]["refused"]
+    assert foreign.figures["attempts"]["foreign admin"]["refused"]
+    assert foreign.figures["nvflare_connections_of_the_controls"] >= 1  # the log shows a session that got in
 
     restart = outcomes["server-restart"]
     assert restart.passed, restart.detail

@@ -448,7 +448,8 @@ def foreign_kit(r: Rehearsal, job_id: str) -> Check:
     client kit with it swapped in fails its own startup signature check, so the handshake is made directly): the
     server must refuse the certificate; the same handshake with our own hospital's certificate, which must be
     accepted (so the refusal is the certificate's, not the network's); the foreign lead's admin console, and, as
-    its control, our own lead's admin kit from the same namespace, which must be let in."""
+    its control, our own lead's admin kit from the same namespace, which must be let in and whose session must
+    show in the server's log (so that no session for the foreign kits means refused, not unlogged)."""
     site = r.poc.clients[0]
     intruder = r.net.hosts[INTRUDER].address
     before = _server_log_size(r)
@@ -462,32 +463,46 @@ def foreign_kit(r: Rehearsal, job_id: str) -> Check:
     attempts["foreign client"] = {"refused": bool(text) and "Successfully registered client" not in text,
                                   "answer": errors[-1] if errors else "no connection attempt seen"}
     our_ca = r.poc.kit(site) / "startup" / "rootCA.pem"
-    for name, certs in (("foreign certificate, our root CA", r.foreign / site / "startup"),
-                        ("our hospital's certificate (control)", r.poc.kit(site) / "startup")):
+    lead = hospital_admins(site)["lead"]
+
+    def handshake(name: str, certs: Path) -> None:
         answer = r.net.command(INTRUDER, [sys.executable, "-m", "feddg.rehearsal.probe", "handshake", SERVER_NAME,
                                           str(FED_LEARN_PORT), str(our_ca), str(certs / "client.crt"),
                                           str(certs / "client.key")], timeout=60).stdout.strip()
         attempts[name] = {"refused": answer != '"accepted"', "answer": json.loads(answer) if answer else ""}
-    lead = hospital_admins(site)["lead"]
-    for name, kit in (("foreign admin", r.foreign / lead), ("our lead's admin kit (control)", r.poc.kit(lead))):
-        admin_try = subprocess.run(r.net.prefix(INTRUDER) + ["nvflare", "job", "list", "--startup-kit", str(kit)],
-                                   capture_output=True, text=True, timeout=120, env=r.poc.env)
-        out = (admin_try.stdout + admin_try.stderr).strip()
-        attempts[name] = {"refused": admin_try.returncode != 0, "answer": out.splitlines()[-1][:200] if out else ""}
-    server_lines = [line for line in _server_log_since(r, before).splitlines() if intruder in line]
+
+    def console(name: str, kit: Path) -> None:
+        tried = subprocess.run(r.net.prefix(INTRUDER) + ["nvflare", "job", "list", "--startup-kit", str(kit)],
+                               capture_output=True, text=True, timeout=120, env=r.poc.env)
+        out = (tried.stdout + tried.stderr).strip()
+        attempts[name] = {"refused": tried.returncode != 0, "answer": out.splitlines()[-1][:200] if out else ""}
+
+    handshake("foreign certificate, our root CA", r.foreign / site / "startup")
+    console("foreign admin", r.foreign / lead)
+    controls_from = _server_log_size(r)
+    foreign_lines = [line for line in _server_log_since(r, before).splitlines() if intruder in line]
+    # The controls, from the same namespace with our own kits: they must get in, and the admin console's session
+    # must show in the server's log, so that no session above means refused, not unlogged.
+    handshake("our hospital's certificate (control)", r.poc.kit(site) / "startup")
+    console("our lead's admin kit (control)", r.poc.kit(lead))
+    control_lines = [line for line in _server_log_since(r, controls_from).splitlines() if intruder in line]
 
     def check(report: dict) -> DrillOutcome:
         cfg = r.cfg
         history = report.get("history", [])
         unaffected = len(history) == cfg.train.rounds
-        sessions = [line for line in server_lines if "is created" in line]  # an NVFlare connection: TLS passed
+        # "Connection ... is created": an NVFlare session, i.e. TLS passed
+        sessions = [line for line in foreign_lines if "is created" in line]
+        control_sessions = [line for line in control_lines if "is created" in line]
         expected = {name: not name.endswith("(control)") for name in attempts}
         as_expected = all(attempts[n]["refused"] == refused for n, refused in expected.items())
-        passed = as_expected and not sessions and unaffected
+        passed = as_expected and not sessions and bool(control_sessions) and unaffected
         figures = {"attempts": attempts, "nvflare_connections_from_intruder": len(sessions),
-                   "server_log_lines_naming_intruder": server_lines[-5:], "job_rounds": len(history)}
+                   "nvflare_connections_of_the_controls": len(control_sessions),
+                   "server_log_lines_naming_intruder": foreign_lines[-5:], "job_rounds": len(history)}
         detail = ("; ".join(f"{n}: {'refused' if a['refused'] else 'accepted'}" for n, a in attempts.items())
-                  + f"; NVFlare connections from {intruder}: {len(sessions)}; job "
+                  + f"; NVFlare connections from {intruder}: {len(sessions)} of the foreign kits, "
+                  + f"{len(control_sessions)} of the controls; job "
                   + ("finished all its rounds" if unaffected else "AFFECTED"))
         return DrillOutcome("foreign-kit", passed, figures, detail)
 
