@@ -732,14 +732,14 @@ def rehearse_network(job: Path | None, workspace: Path, drills: list[str], subne
             rejoined: dict[str, float] | str = _restore_links(r)
         except (RehearsalError, NetworkError, subprocess.SubprocessError) as e:
             rejoined = f"{type(e).__name__}: {e}"  # link-loss fails on it; the other drills keep their outcome
-        report_path = None
+        report_path, report = None, {}
         if status in ("FINISHED:COMPLETED", "FINISHED:ABNORMAL"):
             report_path = download(r.poc, job_id, workspace / "results" / job_id)
             report = json.loads(report_path.read_text())
         # A site lost for good never reports the job's end to the server: NVFlare 2.9 then ends the job
         # FINISHED:ABNORMAL after the workflow finished. Accepted only where link-loss cut a site that the report
         # names as lost; anything else is the job's failure.
-        lost = {e["site"] for e in report.get("lost_sites", [])} if report_path else set()
+        lost = {e["site"] for e in report.get("lost_sites", [])}
         if status != "FINISHED:COMPLETED" and not (status == "FINISHED:ABNORMAL" and r.loss_site in lost):
             outcomes = [DrillOutcome(name, False, {}, f"the job ended {status}") for name in checks]
             raise RehearsalError(f"job {job_id} ended with {status}; the server's errors:\n"
