@@ -57,6 +57,8 @@ BAD_VALUES = [
     ("train", "local_steps", "0", "0"),
     ("data", "zscore", "image", "'image'"),
     ("train", "rounds", "true", "True"),
+    ("ga", "step_size", "-0.05", "-0.05"),
+    ("ga", "step_size", "1.0", "1.0"),
 ]
 
 

@@ -144,8 +144,8 @@ class GAConfig(_Section):
     """FedDG-GA (Zhang et al., CVPR 2023): generalization adjustment of the aggregation weights. Only GA jobs read
     this section."""
 
-    step_size: Annotated[float, Field(gt=0, lt=1)] = 0.05  # d of Eq. (3); round r moves the weights by
-    # d_r = (1 - r / R) d
+    step_size: Annotated[float, Field(ge=0, lt=1)] = 0.05  # d of Eq. (3); round r moves the weights by
+    # d_r = (1 - r / R) d. 0 keeps the uniform weights a_i = 1/M: the paper's Table 3 control ("step 0")
 
 
 class GradAlignConfig(_Section):

@@ -56,3 +56,11 @@ def test_absent_site_keeps_its_weight_and_present_sites_keep_their_mass():
 def test_gap_for_unknown_site_is_an_error():
     with pytest.raises(ValueError, match="Z"):
         adjust_weights({"A": 1.0}, {"Z": 0.1}, 0.05)
+
+
+def test_step_zero_keeps_the_uniform_weights_of_table_3():
+    # The paper's Table 3 control "step 0": the weights stay 1/M whatever the gaps.
+    uniform = {"A": THIRD, "B": THIRD, "C": THIRD}
+    for r in range(5):
+        a = adjust_weights(uniform, {"A": 0.0, "B": 0.4, "C": 0.9}, step_size(r, 5, d=0.0))
+        assert a == pytest.approx(uniform)
