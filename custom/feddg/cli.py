@@ -248,7 +248,7 @@ def _cmd_benchmark(args: argparse.Namespace, rest: list[str]) -> int:
     seeds = [int(s) for s in args.seeds.split(",")]
 
     def tables() -> dict:
-        return write_results(Path(args.out), chosen, held_out, args.resamples)
+        return write_results(Path(args.out), list(methods()), sites, args.resamples)
 
     records = sweep(Path(args.out), protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed,
                     after_run=tables)

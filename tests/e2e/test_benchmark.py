@@ -63,6 +63,13 @@ def test_sweep_outputs_resume_failure_and_protocol(tmp_path, monkeypatch):
     assert (out / "runs" / "fundus_fedavg_Domain1_seed0" / "run.json").stat().st_mtime_ns == stamp
     assert (out / "results.csv").read_text() == before
 
+    # A command for part of the folder (one method, one site) runs nothing and keeps every run in the tables.
+    part = ["benchmark", "--task", "fundus", "--methods", "fedavg", "--held-out", "Domain2", "--seeds", "0",
+            "--resamples", "500", "--run-timeout", "600", *TINY, "--out", str(out)]
+    assert main(part) == 0
+    assert (out / "results.csv").read_text() == before
+    assert "| ga |" in (out / "results.md").read_text() and "Domain1" in (out / "results.md").read_text()
+
     # Another protocol in the same folder is refused by name.
     other = [*SWEEP, "--out", str(out), "--set", "train.lr=0.01"]
     assert main(other) == 2

@@ -320,12 +320,21 @@ def _save(fig, path: Path) -> Path:
 # ------------------------------------------------------------------------------------------------ all of it
 
 
-def write_results(out: Path, methods: Sequence[str], held_out: Sequence[str], n_resamples: int = 9999) -> dict:
-    """Write results.csv, results.md, results.json and plots/ from the runs in ``out``; returns the paths."""
+def _in_order(present: set[str], order: Sequence[str]) -> list[str]:
+    """``present`` in the order of ``order``, then any others sorted."""
+    return [x for x in order if x in present] + sorted(present - set(order))
+
+
+def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[str], n_resamples: int = 9999) -> dict:
+    """Write results.csv, results.md, results.json and plots/ from every run in ``out`` (a sweep that adds methods,
+    sites or seeds to a folder, or resumes part of it, keeps the runs made before in the tables); rows follow
+    ``method_order`` and columns ``site_order``. Returns the paths."""
     from feddg.report import machine_info, software_versions
 
     out = Path(out)
-    records = [r for r in load_records(out) if r["run"]["method"] in methods and r["run"]["held_out"] in held_out]
+    records = load_records(out)
+    methods = _in_order({r["run"]["method"] for r in records}, method_order)
+    held_out = _in_order({r["run"]["held_out"] for r in records}, site_order)
     stats = comparisons(records, n_resamples=n_resamples)
     write_csv(out / "results.csv", tidy_rows(records))
     protocol = read_json(out / SWEEP_FILE)
