@@ -73,3 +73,16 @@ def test_check_update_accepts_matching_finite_update():
 def test_check_update_rejects_bad_updates(update, message):
     with pytest.raises(UpdateRejected, match=message):
         check_update(update, REF)
+
+
+def test_the_average_does_not_depend_on_the_order_of_arrival():
+    # float32: (1e8 + 1) - 1e8 = 0 but (1e8 - 1e8) + 1 = 1; summed in arrival order these orders gave 0 and 1/3.
+    values = {"A": 1e8, "B": 1.0, "C": -1e8}
+    results = []
+    for order in (["A", "B", "C"], ["A", "C", "B"], ["C", "B", "A"], ["B", "A", "C"]):
+        agg = SampleSizeAggregator()
+        for site in order:
+            agg.accept_model(_result(site, values[site], 1))
+        results.append(agg.aggregate_model().params["w"])
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
