@@ -85,3 +85,21 @@ def test_the_seed_spread_lists_each_seed_of_the_cells_run_with_several():
     assert "| method | held-out | seed 0 | seed 1 | seed 2 | max - min |" in table
     assert "| fedavg | Domain1 | 0.800 | 0.760 | 0.700 | 0.100 |" in table
     assert "| fedavg | Domain1 (3 seeds) |" not in table and "0.753 (3 seeds)" in table  # the pooled cell says so
+
+
+def test_the_csv_rows_do_not_depend_on_the_order_the_sites_reported_in():
+    from feddg.benchmark.results import tidy_rows
+
+    record = _record("fedavg", "Domain1", 0, {"disc": 0.9, "cup": 0.7})
+    record["run"]["task"] = "fundus"
+    test = record["report"]["models"]["final"]["sites"]["Domain1"]["splits"]["test"]
+    for name in ("disc", "cup"):
+        test[name]["n_cases"] = 3
+        for metric in ("dice", "hd95", "asd"):
+            test[name][metric]["std"] = 0.0
+    record["report"]["models"]["final"]["sites"]["Domain0"] = {"splits": {"test": test}}  # arrived second
+    swapped = copy.deepcopy(record)
+    sites = swapped["report"]["models"]["final"]["sites"]
+    swapped["report"]["models"]["final"]["sites"] = {k: sites[k] for k in reversed(list(sites))}
+    assert [r["site"] for r in tidy_rows([record])][0] == "Domain0"
+    assert tidy_rows([record]) == tidy_rows([swapped])

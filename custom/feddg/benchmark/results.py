@@ -81,8 +81,9 @@ def tidy_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         names = label_names(r)
         for model, evaluation in r["report"].get("models", {}).items():
-            for site, entry in evaluation.get("sites", {}).items():
-                for split, summary in entry.get("splits", {}).items():
+            # Sites by name: the report lists them in order of arrival, which differs between identical runs.
+            for site, entry in sorted(evaluation.get("sites", {}).items()):
+                for split, summary in sorted(entry.get("splits", {}).items()):
                     for name in names:
                         for metric in METRICS:
                             rows.append({**base, "model": model, "site": site, "role": entry.get("role", ""),
