@@ -103,3 +103,17 @@ def test_the_csv_rows_do_not_depend_on_the_order_the_sites_reported_in():
     swapped["report"]["models"]["final"]["sites"] = {k: sites[k] for k in reversed(list(sites))}
     assert [r["site"] for r in tidy_rows([record])][0] == "Domain0"
     assert tidy_rows([record]) == tidy_rows([swapped])
+
+
+def test_the_tables_name_the_software_versions_of_the_runs():
+    from feddg.benchmark.results import software_of_runs
+
+    def of(version: str | None, status: str = "ok") -> dict:
+        record = _record("fedavg", "Domain1", 0, {"disc": 0.9, "cup": 0.7})
+        if version:
+            record["report"]["versions"] = {"feddg-flare": version}
+        return {**record, "status": status}
+
+    assert software_of_runs([of("0.1.0"), of("0.1.0")]) == "feddg-flare 0.1.0 (2 runs)"
+    assert software_of_runs([of("0.1.1"), of("0.1.0"), of("0.1.1"), of(None), of("0.2.0", "failed")]) == \
+        "feddg-flare 0.1.0 (1 run), 0.1.1 (2 runs), unknown (1 run)"  # failed runs have no scores to attribute

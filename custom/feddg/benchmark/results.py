@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -326,6 +326,13 @@ def _in_order(present: set[str], order: Sequence[str]) -> list[str]:
     return [x for x in order if x in present] + sorted(present - set(order))
 
 
+def software_of_runs(records: Sequence[dict[str, Any]], dist: str = "feddg-flare") -> str:
+    """Which versions of ``dist`` produced the finished runs, e.g. ``feddg-flare 0.1.0 (22 runs), 0.1.1 (28 runs)``:
+    a folder that a sweep resumed across a release says so in its tables, not only in results.json."""
+    counts = Counter(r["report"].get("versions", {}).get(dist, "unknown") for r in records if r.get("status") == "ok")
+    return f"{dist} " + ", ".join(f"{v} ({n} run{'s' if n != 1 else ''})" for v, n in sorted(counts.items()))
+
+
 def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[str], n_resamples: int = 9999) -> dict:
     """Write results.csv, results.md, results.json and plots/ from every run in ``out`` (a sweep that adds methods,
     sites or seeds to a folder, or resumes part of it, keeps the runs made before in the tables); rows follow
@@ -341,7 +348,8 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     protocol = read_json(out / SWEEP_FILE)
     header = [f"# Leave-one-site-out benchmark: {protocol.get('task', '?')}", "",
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
-              f"{sum(r['status'] == 'ok' for r in records)} of {len(records)} runs finished; "
+              f"{sum(r['status'] == 'ok' for r in records)} of {len(records)} runs finished "
+              f"({software_of_runs(records)}); "
               f"scores of the held-out site's test cases, the reported model (final global model; MLA-BIN: the "
               f"attention-combined model).", ""]
     (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out))
@@ -357,5 +365,5 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
             "plots": figures}
 
 
-__all__ = ["Difference", "comparisons", "load_records", "markdown", "plots", "seed_spread", "tidy_rows",
-           "write_results"]
+__all__ = ["Difference", "comparisons", "load_records", "markdown", "plots", "seed_spread", "software_of_runs",
+           "tidy_rows", "write_results"]
