@@ -50,7 +50,10 @@ def test_sweep_outputs_resume_failure_and_protocol(tmp_path, monkeypatch):
     assert results["machine"]["cores"] >= 1 and results["versions"]["nvflare"] == "2.9.0"
     average = results["comparisons"]["methods"]["ga"]["average"]
     assert math.isfinite(average["mean"]) and average["low"] <= average["mean"] <= average["high"]
-    record = json.loads((out / "runs" / "fundus_ga_Domain2_seed0" / "run.json").read_text())
+    entry = next(r for r in results["runs"] if r["run_id"] == "fundus_ga_Domain2_seed0")
+    assert "report" not in entry, "results.json names each run's run.json instead of copying its report"
+    record = json.loads((out / entry["record"]).read_text())
+    assert entry["record"] == "runs/fundus_ga_Domain2_seed0/run.json"
     assert record["config"]["data"]["unseen_site"] == "Domain2" and record["config"]["train"]["seed"] == 0
     cases = record["report"]["models"]["final"]["sites"]["Domain2"]["splits"]["test"]["cases"]
     assert list(cases) == [str(i) for i in range(6)] and "png" not in json.dumps(cases)

@@ -358,9 +358,13 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
                               "average": e["average"].to_dict() if "average" in e else None,
                               "holm_p": e.get("holm_p"), "without_case_scores": e["without_case_scores"]}
                           for m, e in stats["methods"].items()}, "baseline": stats["baseline"]}
+    # Each run's report (per-round history, per-case scores) stays in its runs/<id>/run.json, the sweep's one record
+    # of the run; results.json names that file instead of holding a second copy (the copies made it 3 MB for 28 runs).
+    runs = [{**{k: v for k, v in r.items() if k != "report"}, "record": f"runs/{r['run_id']}/{RUN_FILE}"}
+            for r in records]
     write_json(out / "results.json", {"protocol": protocol, "machine": machine_info(),
                                       "versions": software_versions(), "comparisons": serial,
-                                      "runs": records}, indent=1)
+                                      "runs": runs}, indent=1)
     return {"csv": out / "results.csv", "markdown": out / "results.md", "json": out / "results.json",
             "plots": figures}
 
