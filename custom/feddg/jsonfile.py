@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -40,3 +43,31 @@ def write_json(path: str | os.PathLike, data: Any, indent: int | None = None) ->
     with open(tmp, "w") as f:
         json.dump(data, f, indent=indent)
     os.replace(tmp, path)
+
+
+_DROP = object()
+
+
+def json_safe(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``data`` that JSON holds as they are: strings, finite numbers (numpy's included, as Python
+    numbers), booleans, null, and lists and string-keyed mappings of them. Anything else is dropped: an entry of
+    another kind (an array, an object), a NaN or infinite number (a strict JSON writer refuses it), a key that is
+    not a string, and a list with any such element (not just the element, which would shift the others)."""
+    out = _plain(dict(data))
+    return out if isinstance(out, dict) else {}
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool)):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value) if math.isfinite(value) else _DROP
+    if isinstance(value, Mapping):
+        items = {k: _plain(v) for k, v in value.items() if isinstance(k, str)}
+        return {k: v for k, v in items.items() if v is not _DROP}
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v) for v in value]
+        return _DROP if any(v is _DROP for v in items) else items
+    return _DROP

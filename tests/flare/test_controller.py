@@ -3,7 +3,9 @@ replaced by prepared results, everything after it (checks, aggregation, best mod
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 
 import numpy as np
 import pytest
@@ -149,6 +151,34 @@ def test_best_model_follows_the_mean_validation_dice_of_the_received_model(tmp_p
     ctl._run_round(sent, SITES, 3, cfg)
     assert ctl._best["round"] == 0 and ctl._best["score"] == pytest.approx(0.4)
     np.testing.assert_allclose(ctl._best["params"]["w"], [0.0, 0.0])  # the model the sites scored, not the new one
+
+
+
+class _ReportingAggregator(SampleSizeAggregator):
+    """FedAvg whose aggregate's metadata carries diagnostics of every kind, JSON-safe or not."""
+
+    def aggregate_model(self) -> FLModel:
+        out = super().aggregate_model()
+        out.meta.update(weights={"A": 0.25, "C": 0.75}, step=np.float32(0.5), note="fine", order=["A", "C"],
+                        flags=[True, None], array=np.zeros(2), nan=float("nan"), gaps={"A": 0.1, "C": math.inf},
+                        odd=object(), mixed=[1, object()])
+        return out
+
+
+def test_the_round_history_carries_the_aggregates_json_safe_diagnostics(tmp_path):
+    ctl, cfg = _controller(tmp_path, [_update("A", 1.0), _update("C", 3.0)], min_sites=2)
+    ctl.aggregator = _ReportingAggregator()
+    ctl._run_round(_global(), SITES, 2, cfg)
+    entry = ctl._history[-1]
+    assert entry["aggregation"] == {"weights": {"A": 0.25, "C": 0.75}, "step": 0.5, "note": "fine",
+                                    "order": ["A", "C"], "flags": [True, None], "gaps": {"A": 0.1}}
+    json.dumps(entry, allow_nan=False)  # as the report is written
+
+
+def test_an_aggregator_without_diagnostics_leaves_an_empty_aggregation_entry(tmp_path):
+    ctl, cfg = _controller(tmp_path, [_update("A", 1.0), _update("C", 3.0)], min_sites=2)
+    ctl._run_round(_global(), SITES, 2, cfg)
+    assert ctl._history[-1]["aggregation"] == {}  # FedAvg reports only nr_aggregated, which is left out
 
 
 # ---------------------------------------------------------------------- local models kept for MLA

@@ -51,6 +51,7 @@ def test_round_zero_is_uniform_not_data_size_weighted(aggregator):
     out = _round(aggregator, 0, [_result("A", 0.0), _result("B", 3.0), _result("C", 6.0)])
     np.testing.assert_allclose(out.params["w"], [3.0, 3.0])  # (0 + 3 + 6) / 3
     assert out.meta["ga_weights"] == pytest.approx({s: 1 / 3 for s in SITES})
+    assert out.meta["ga_gaps"] == {} and out.meta["ga_step"] == pytest.approx(0.05)  # round 0: no gaps, d^0 = d
 
 
 def test_gaps_move_the_weights_with_the_decayed_step(aggregator):
@@ -59,6 +60,7 @@ def test_gaps_move_the_weights_with_the_decayed_step(aggregator):
     out = _round(aggregator, 1, [_result("A", 0.0, 0.30), _result("B", 0.0, 0.15), _result("C", 1.0, 0.45)])
     expected = {"A": 1 / 3, "B": 1 / 3 - 0.045, "C": 1 / 3 + 0.045}
     assert out.meta["ga_weights"] == pytest.approx(expected)
+    assert out.meta["ga_gaps"] == {"A": 0.30, "B": 0.15, "C": 0.45} and out.meta["ga_step"] == pytest.approx(0.045)
     np.testing.assert_allclose(out.params["w"], [expected["C"]] * 2, rtol=1e-6)
     history = json.loads((aggregator.run_dir / "ga_weights.json").read_text())
     assert [h["round"] for h in history["history"]] == [0, 1]
@@ -85,6 +87,7 @@ def test_invalid_gap_keeps_weight_with_one_warning_naming_the_site(aggregator, c
     with caplog.at_level(logging.WARNING):
         out = _round(aggregator, 1, [_result("A", 0.0, float("nan")), _result("B", 0.0, 0.1), _result("C", 0.0, 0.3)])
     assert out.meta["ga_weights"]["A"] == pytest.approx(1 / 3)
+    assert out.meta["ga_gaps"] == {"B": 0.1, "C": 0.3}  # the invalid gap is left out
     assert [r for r in caplog.records if "site A" in r.getMessage()]
 
 

@@ -11,7 +11,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.apis.event_type import EventType
 
 from feddg.flare.gradalign.aggregator import GradientAlignmentAggregator
-from feddg.methods.gradalign import align_updates, random_orders
+from feddg.methods.gradalign import align, align_updates, random_orders
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context
 from tests.flare.test_controller import _controller
@@ -49,6 +49,9 @@ def test_conflicting_updates_are_aligned_with_the_seeded_order(tmp_path):
     assert out.params_type == ParamsType.DIFF
     np.testing.assert_allclose(out.params["conv.weight"], expected, rtol=1e-6)
     assert not np.allclose(out.params["conv.weight"], g.mean(axis=0))
+    # Every site meets a conflict in any order (<g_1, g_2> = <g_2, g_3> = -1); the count is the math's own.
+    assert out.meta["gradalign_corrections"] == align(g, 0.2, orders).corrections > 0
+    assert out.meta["gradalign_corrected_sites"] == ["A", "B", "C"]
 
 
 def test_buffers_and_running_stats_are_averaged_plainly(tmp_path):
@@ -87,3 +90,4 @@ def test_in_a_round_a_nan_update_is_rejected_and_never_added(tmp_path, caplog):
     # A and C do not conflict (<(1,0),(0,-1)> = 0): plain mean (0.5, -0.5) added to the global model.
     np.testing.assert_allclose(model.params["w"], [10.5, 9.5])
     assert np.all(np.isfinite(model.params["w"]))
+    assert ctl._history[-1]["aggregation"] == {"gradalign_corrections": 0, "gradalign_corrected_sites": []}

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from feddg.methods.gradalign import align_updates, aligned_mean, random_orders
+from feddg.methods.gradalign import align, align_updates, aligned_mean, random_orders
 
 ASCENDING = [[1, 2], [0, 2], [0, 1]]
 
@@ -19,6 +19,18 @@ def test_hand_worked_three_sites():
     np.testing.assert_allclose(hat[2], [-0.2, -0.6])
     np.testing.assert_allclose(hat.mean(axis=0), [-0.2 / 3, -0.2 / 3])
     np.testing.assert_allclose(g.mean(axis=0), [0.0, 0.0])  # the plain mean differs
+
+
+def test_hand_worked_three_sites_count_their_corrections():
+    g = np.array([[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]])
+    result = align(g, 0.1, ASCENDING)
+    # As above: site 1 is corrected by sites 2 and 3, site 2 by sites 1 and 3, site 3 by site 2 only
+    # (<g3, g1> = 0 is no conflict): 2 + 2 + 1 = 5 corrections.
+    assert result.corrections == 5
+    np.testing.assert_array_equal(result.updates, align_updates(g, 0.1, ASCENDING))
+    # Site 3 visiting site 2 first: <g3, g2> = -1 -> (-0.2, -0.6); <(-0.2, -0.6), g1> = -0.2 -> (0.04, -0.48).
+    assert align(g, 0.1, [[1, 2], [0, 2], [1, 0]]).corrections == 6
+    assert align(np.array([[1.0, 2.0], [0.5, 0.1], [3.0, 0.0]]), 0.1, ASCENDING).corrections == 0
 
 
 def test_no_conflict_gives_the_plain_mean():

@@ -17,6 +17,10 @@ A site NVFlare declares disconnected (no heartbeat for the server kit's ``heart_
 ``dead_client_grace_period``: 600 s + 60 s by default) is sent no more tasks until it comes back; the report names it
 and the round it was lost in (``lost_sites``), and its evaluation is reported missing, never scored.
 
+Each round's entry of the report's history carries, under ``aggregation``, the aggregate's metadata: what the
+method's aggregator reports about the round (GA: weights, gaps and step; gradient alignment: its corrections), only
+the JSON-safe values, read without knowing the method.
+
 Best model: the global model with the highest mean validation Dice over the training sites' validation splits
 (each site's mean over its cases, then the plain mean over sites). The unseen site never selects a model.
 """
@@ -50,7 +54,7 @@ from feddg.flare.job_config import load_job_config
 from feddg.flare.site_info import mismatch
 from feddg.flare.timings import TIMINGS_FILE, append_timing, peak_rss_mib
 from feddg.flare.updates import UpdateRejected, check_update
-from feddg.jsonfile import write_json
+from feddg.jsonfile import json_safe, write_json
 from feddg.report import evaluation_rows, format_table, mean_of, software_versions, write_report
 
 
@@ -61,6 +65,7 @@ from feddg.report import evaluation_rows, format_table, mean_of, software_versio
 PROGRESS_FILE = "feddg_progress.json"
 RUN_ID = "feddg_run_id"  # model metadata key: the run that saved the model (a random id per run of the workflow)
 ROUNDS_COMPLETED = "feddg_rounds_completed"  # model metadata key: the rounds behind the saved model
+NR_AGGREGATED = "nr_aggregated"  # NVFlare's aggregate metadata key: how many results it averages
 
 
 @runtime_checkable
@@ -277,7 +282,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         sent = dict(model.params)  # the global model of this round, scored by the sites' val_dice
         self._consider_best(r, sent, mean_of(val_dice.get(s) for s in train_sites))
         self._history.append({"round": r, "sites": accepted, "val_dice": val_dice, "train_loss": train_loss,
-                              "mean_val_dice": mean_of(val_dice.values())})
+                              "mean_val_dice": mean_of(val_dice.values()),
+                              "aggregation": aggregation_diagnostics(aggregated)})
         for site, value in val_dice.items():
             self._stream(f"val_dice/{site}", value, r)
         self._stream("val_dice/mean", mean_of(val_dice.values()), r)
@@ -416,6 +422,13 @@ def stream_rows(component, fl_ctx, rows, step: int) -> None:
             for metric in ("dice", "hd95", "asd"):
                 stream_scalar(component, fl_ctx, f"{row['model']}/{row['site']}/{row['split']}/"
                                                  f"{row['structure']}_{metric}", row[metric], step)
+
+
+def aggregation_diagnostics(aggregated: FLModel) -> dict[str, Any]:
+    """What the aggregator says about a round in its aggregate's metadata (GA's weights, gaps and step; gradient
+    alignment's corrections), without NVFlare's ``nr_aggregated`` (the history names the sites) and without any
+    value that is not JSON-safe (:func:`feddg.jsonfile.json_safe`)."""
+    return json_safe({k: v for k, v in (aggregated.meta or {}).items() if k != NR_AGGREGATED})
 
 
 def cast_like(value, reference):

@@ -19,6 +19,8 @@ from feddg.config import FedDGConfig
 
 # A check of what may leave a site on one task: (the result's DXO, the job's experiment, the site's limits).
 EgressCheck = Callable[[DXO, FedDGConfig, Mapping[str, Any]], None]
+# Why a method cannot act in an experiment (one line), or None when it can: read from the validated feddg.yaml.
+InactiveWhen = Callable[[FedDGConfig], str | None]
 
 
 @dataclass(frozen=True)
@@ -80,3 +82,5 @@ class MethodPart:
     site_limits: tuple[SiteLimit, ...] = ()  # the limits its egress checks read
     simulated_site_config: Mapping[str, Any] = field(default_factory=dict)  # local/feddg_site.json settings that
     # `feddg simulate` writes for its sites, which are all the user's own (MLA: share the local model)
+    inactive_when: InactiveWhen | None = None  # given the validated experiment, the one-line reason why the part
+    # would not act (GA with one round, gradient alignment with two sites), else None; None: it always acts

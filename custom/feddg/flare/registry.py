@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from feddg.config import FedDGConfig
 from feddg.flare.elcfs.part import PART as ELCFS
 from feddg.flare.fedavg.part import PART as FEDAVG
 from feddg.flare.fedprox.part import PART as FEDPROX
@@ -22,6 +23,7 @@ from feddg.flare.ga.part import PART as GA
 from feddg.flare.gradalign.part import PART as GRADALIGN
 from feddg.flare.method_spec import Component, EgressCheck, MethodPart, SiteLimit, TaskFilter
 from feddg.flare.mla.part import PART as MLA
+from feddg.flare.uniform.part import PART as UNIFORM
 
 BASE_EXECUTOR = "feddg.flare.executor.FedDGExecutor"
 
@@ -115,6 +117,12 @@ class Method:
             out = merge(merge(out, p.experiment), p.task_experiment.get(task, {}))
         return out
 
+    def inactive_reason(self, cfg: FedDGConfig) -> str | None:
+        """Why the method would not act in the validated experiment ``cfg`` (its parts' reasons, joined by "; "),
+        or None when every part acts: a run of it would then be another method's run under its name."""
+        reasons = [p.inactive_when(cfg) for p in self.parts if p.inactive_when is not None]
+        return "; ".join(r for r in reasons if r) or None
+
     def supports(self, task: str) -> bool:
         allowed = [p.data_tasks for p in self.parts if p.data_tasks is not None]
         if self.data_tasks is not None:
@@ -206,6 +214,7 @@ BIN_NET = MethodPart(experiment={"model": {"bin_levels": 3}})
 
 for _method in (
     Method("fedavg", (FEDAVG,)),
+    Method("uniform", (UNIFORM,)),
     Method("fedprox", (FEDAVG, FEDPROX)),
     Method("ga", (GA,)),
     Method("gradalign", (GRADALIGN,)),

@@ -23,7 +23,7 @@ Choices the paper leaves open, written down here:
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -33,11 +33,19 @@ def random_orders(num_sites: int, rng: np.random.Generator) -> list[list[int]]:
     return [[int(j) for j in rng.permutation([j for j in range(num_sites) if j != i])] for i in range(num_sites)]
 
 
-def align_updates(
+class Alignment(NamedTuple):
+    """The outcome of Algorithm 1 on one round's updates."""
+
+    updates: np.ndarray  # the corrected updates g_hat_i (K, P), float64
+    corrections: int  # how many (i, j) corrections were applied: the visits where <g_hat, g_j> < 0
+
+
+def align(
     updates: np.ndarray, lam: float = 0.1, orders: Sequence[Sequence[int]] | None = None,
     rng: np.random.Generator | None = None,
-) -> np.ndarray:
-    """The corrected updates g_hat_i (K, P) of the site updates ``updates`` (K, P), Algorithm 1.
+) -> Alignment:
+    """The corrected updates g_hat_i (K, P) of the site updates ``updates`` (K, P), Algorithm 1, and the number of
+    corrections applied.
 
     Args:
         updates: one flattened update per row.
@@ -54,13 +62,23 @@ def align_updates(
     if len(orders) != k or any(sorted(o) != [j for j in range(k) if j != i] for i, o in enumerate(orders)):
         raise ValueError(f"orders must list, for each of the {k} sites, every other site once: {orders}")
     aligned = g.copy()
+    corrections = 0
     for i in range(k):
         g_hat = aligned[i]
         for j in orders[i]:
             if float(g_hat @ g[j]) < 0.0:
                 g_hat = g_hat - 2.0 * lam * (g_hat - g[j])
+                corrections += 1
         aligned[i] = g_hat
-    return aligned
+    return Alignment(aligned, corrections)
+
+
+def align_updates(
+    updates: np.ndarray, lam: float = 0.1, orders: Sequence[Sequence[int]] | None = None,
+    rng: np.random.Generator | None = None,
+) -> np.ndarray:
+    """The corrected updates g_hat_i (K, P) of :func:`align` alone."""
+    return align(updates, lam, orders, rng).updates
 
 
 def aligned_mean(updates: np.ndarray, lam: float = 0.1, orders: Sequence[Sequence[int]] | None = None,

@@ -12,11 +12,11 @@ from nvflare.apis.fl_context import FLContext
 from nvflare.apis.utils.analytix_utils import create_analytic_dxo, send_analytic_dxo
 from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
-from nvflare.app_common.aggregators.weighted_aggregation_helper import WeightedAggregationHelper
 from nvflare.app_common.app_constant import AppConstants
 
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta
 from feddg.flare.job_config import config_path, load_job_config
+from feddg.flare.weighted_average import weighted_mean
 from feddg.jsonfile import write_json
 from feddg.methods.ga import adjust_weights, aggregation_weights, is_valid_gap, step_size
 
@@ -33,9 +33,12 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
     sites' weights are renormalized for the average. Updates with NaN/Inf or mismatched parameters never reach
     this class: the workflow rejects them first.
 
-    The weights of every round go to TensorBoard (``ga_weight/<site>``) and to a JSON history in the server's run
-    folder. A job that resumes from a checkpoint (a new job with a later start round) continues the weights from
-    the previous run's history with ``resume_from``.
+    The aggregate carries, in its metadata, the round's averaging weights (``ga_weights``), the valid gaps
+    (``ga_gaps``: site -> G_i, empty in round 0) and the step d^r (``ga_step``); the workflow copies them into the
+    round's entry of the report's history. The weights of every round also go to TensorBoard
+    (``ga_weight/<site>``) and to a JSON history in the server's run folder. A job that resumes from a checkpoint
+    (a new job with a later start round) continues the weights from the previous run's history with
+    ``resume_from``.
 
     Args:
         config_file: the job's ``feddg.yaml``: training sites, R = ``train.rounds`` (the total rounds of the
@@ -108,15 +111,11 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
         self._weights.update(adjust_weights({s: self._weights[s] for s in present}, gaps, step))
         used = aggregation_weights(self._weights, present)
 
-        helper = WeightedAggregationHelper()
-        for site in present:
-            update = self._updates[site]
-            helper.add(data=update.params, weight=used[site], contributor_name=site,
-                       contribution_round=update.current_round)
         params_type = self._updates[present[0]].params_type
         self._record(round_index, step, gaps, used)
-        return FLModel(params=helper.get_result(), params_type=params_type,
-                       meta={"nr_aggregated": len(present), "ga_weights": used})
+        return FLModel(params=weighted_mean(self._updates, used), params_type=params_type,
+                       meta={"nr_aggregated": len(present), "ga_weights": used, "ga_gaps": dict(gaps),
+                             "ga_step": step})
 
     def reset_stats(self) -> None:
         self._updates = {}

@@ -13,7 +13,7 @@ from nvflare.app_common.app_constant import AppConstants
 from feddg.config import GradAlignConfig
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.job_config import load_job_config
-from feddg.methods.gradalign import align_updates
+from feddg.methods.gradalign import align
 
 # Normalization running statistics are estimates of the data, not gradients (optional plain averaging).
 NORM_STATS_SUFFIXES = (".running_mean", ".running_var")
@@ -28,6 +28,9 @@ class GradientAlignmentAggregator(ModelAggregator):
     and, when ``average_norm_stats`` is set, BatchNorm running means and variances are averaged plainly.
     Updates with NaN/Inf or mismatched parameters never reach this class (the workflow rejects them), so nothing
     from a rejected update is ever added to the global model; a single remaining site gives its own update.
+    The aggregate's metadata says what the alignment did: ``gradalign_corrections``, the number of (i, j)
+    corrections applied, and ``gradalign_corrected_sites``, the names of the sites whose update changed (the
+    workflow copies both into the round's entry of the report's history).
 
     Args:
         config_file: the job's ``feddg.yaml``: lambda of Eq. (5) and the plain averaging of normalization running
@@ -68,9 +71,10 @@ class GradientAlignmentAggregator(ModelAggregator):
         flat = np.stack([np.concatenate([u[k].ravel() for k in aligned]) for u in updates])
         r = self.fl_ctx.get_prop(AppConstants.CURRENT_ROUND, 0) if self.fl_ctx else 0
         rng = np.random.default_rng([self.seed, int(r or 0)])
-        corrected = align_updates(flat, self.settings.lam, rng=rng)
-        changed = int(np.any(corrected != flat, axis=1).sum())
-        self.info(f"round {r}: {changed} of {len(sites)} site updates corrected for conflicts")
+        corrected, corrections = align(flat, self.settings.lam, rng=rng)
+        changed = [s for s, row in zip(sites, np.any(corrected != flat, axis=1)) if row]
+        self.info(f"round {r}: {len(changed)} of {len(sites)} site updates corrected for conflicts "
+                  f"({corrections} corrections)")
         mean = corrected.mean(axis=0)
         result, offset = {}, 0
         for k in aligned:
@@ -80,7 +84,9 @@ class GradientAlignmentAggregator(ModelAggregator):
         for k in updates[0]:
             if k not in result:
                 result[k] = np.mean([u[k] for u in updates], axis=0)
-        return FLModel(params=result, params_type=ParamsType.DIFF, meta={"nr_aggregated": len(sites)})
+        return FLModel(params=result, params_type=ParamsType.DIFF,
+                       meta={"nr_aggregated": len(sites), "gradalign_corrections": corrections,
+                             "gradalign_corrected_sites": changed})
 
     def reset_stats(self) -> None:
         self._updates = {}

@@ -5,13 +5,26 @@ epochs of the other jobs so that the comparison with FedAvg holds."""
 
 from __future__ import annotations
 
-from feddg.config import GradAlignConfig
+from feddg.config import FedDGConfig, GradAlignConfig
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.method_spec import Component, MethodPart
+
+
+def inactive_when(cfg: FedDGConfig) -> str | None:
+    """Why gradient alignment would give the plain mean of the updates in every round, or None: with fewer than
+    three training sites (two sites are pulled towards each other by the same amount, so the mean of the corrected
+    updates is the plain mean; see :mod:`feddg.methods.gradalign`)."""
+    sites = len(cfg.data.train_sites)
+    if sites < 3:
+        return (f"gradient alignment changes the plain mean only with three or more training sites; this experiment "
+                f"has {sites}")
+    return None
+
 
 PART = MethodPart(
     aggregator=Component("feddg.flare.gradalign.aggregator.GradientAlignmentAggregator",
                          {"config_file": CONFIG_FILE}),
     executor_args={"send_weight_diff": True},
     experiment={"gradalign": GradAlignConfig().model_dump()},
+    inactive_when=inactive_when,
 )
