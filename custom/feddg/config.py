@@ -54,7 +54,8 @@ class _Section(BaseModel):
 
 
 class SyntheticConfig(_Section):
-    """Size of the embedded synthetic multi-site data set (generated on first use, then cached)."""
+    """Size of the embedded synthetic multi-site data set and how its sites differ (generated on first use, then
+    cached)."""
 
     seed: NonNegativeInt = 0
     cases_per_site: PositiveInt = 8  # prostate: volumes per site; fundus: images per site (train + test)
@@ -63,6 +64,14 @@ class SyntheticConfig(_Section):
     held_out_cases: PositiveInt | None = None  # cases of the unseen site instead of cases_per_site (more test
     # cases narrow the intervals of a comparison and cost evaluation only); None: cases_per_site. Case i of a site
     # is the same whatever the count, so the training sites' data does not depend on this setting.
+    shift: Literal["style_and_content", "style_only"] = "style_and_content"  # how the sites differ.
+    # "style_and_content": each site has its own acquisition style (intensity curve, bias field, noise, blur,
+    # resolution, field of view, colour cast) AND its own anatomy and labelling convention (prostate: gland size,
+    # shape, mask margin, smoothed or jagged outline, unlabelled apex/base slices; fundus: disc size and shape,
+    # cup-to-disc ratio, disc and cup margins, smoothed contours): a shift that exchanging image styles (e.g. the
+    # amplitude spectra of ELCFS) does not undo.
+    # "style_only": the same anatomy and labelling distribution at every site, sites differ by style alone.
+    # The tables are in feddg.data.synthetic.prostate and .fundus.
 
 
 class DataConfig(_Section):

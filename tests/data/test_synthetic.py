@@ -1,4 +1,5 @@
-"""The synthetic multi-site generator: determinism, on-disk layouts, site styles, and the cache."""
+"""The synthetic multi-site generator: determinism, on-disk layouts, site styles, site content and labelling
+(``SyntheticConfig.shift``), and the cache."""
 
 from __future__ import annotations
 
@@ -17,18 +18,28 @@ import pytest
 from PIL import Image
 from scipy import ndimage
 
-from feddg.config import DataConfig, SyntheticConfig
+from feddg.cli import main
+from feddg.config import ConfigError, DataConfig, SyntheticConfig, config_from_dict
 from feddg.data import synthetic
 from feddg.data.synthetic import (
+    FUNDUS_CONTENT,
     FUNDUS_SITES,
     FUNDUS_STYLES,
     MARKER,
+    NEUTRAL_FUNDUS_CONTENT,
+    NEUTRAL_PROSTATE_CONTENT,
+    PROSTATE_CONTENT,
     PROSTATE_SITES,
     PROSTATE_STYLES,
+    SHIFTS,
     ensure_synthetic,
+    fundus_content,
     generate,
     prostate,
+    prostate_content,
 )
+from feddg.data.synthetic.common import case_rng, label_rng
+from tests.conftest import tiny_experiment
 
 SMALL = SyntheticConfig(seed=3, cases_per_site=2, slices_per_case=5, size=32)
 
@@ -51,19 +62,21 @@ def default_sets(tmp_path_factory) -> dict[str, Path]:
 # ---------------------------------------------------------------------------------------------- determinism
 
 
+@pytest.mark.parametrize("shift", SHIFTS)
 @pytest.mark.parametrize("task", ["prostate", "fundus"])
-def test_same_seed_gives_identical_bytes_and_other_seed_differs(tmp_path, task):
-    a = _files(generate(task, tmp_path / "a", SMALL))
-    b = _files(generate(task, tmp_path / "b", SMALL))
+def test_same_seed_gives_identical_bytes_and_other_seed_differs(tmp_path, task, shift):
+    cfg = SMALL.model_copy(update=dict(shift=shift))
+    a = _files(generate(task, tmp_path / "a", cfg))
+    b = _files(generate(task, tmp_path / "b", cfg))
     assert a and a.keys() == b.keys()
     assert [k for k in a if a[k] != b[k]] == []
-    c = _files(generate(task, tmp_path / "c", SMALL.model_copy(update=dict(seed=4))))
+    c = _files(generate(task, tmp_path / "c", cfg.model_copy(update=dict(seed=4))))
     assert c.keys() == a.keys()
     images = [k for k in a if "segmentation" not in k.lower() and "/mask/" not in k]
     assert images and all(a[k] != c[k] for k in images)
     # A site's files do not depend on which other sites are generated with it.
     site = synthetic.SITES[task][2]
-    d = _files(generate(task, tmp_path / "d", SMALL, sites=[site]))
+    d = _files(generate(task, tmp_path / "d", cfg, sites=[site]))
     assert d == {k: v for k, v in a.items() if k.startswith(site + "/")}
 
 
@@ -206,6 +219,185 @@ def test_style_tables_cover_the_sites():
     assert tuple(PROSTATE_STYLES) == PROSTATE_SITES and tuple(FUNDUS_STYLES) == FUNDUS_SITES
     for style in PROSTATE_STYLES.values():
         assert 0.4 <= style.spacing[0] <= 0.8 and 3.0 <= style.spacing[2] <= 4.0
+
+
+# ---------------------------------------------------------------------------------------------- site content
+
+
+# Large enough for per-site means to be stable (16 volumes, 48 images per site), small enough to be quick (48 px).
+SHIFT_PROSTATE = SyntheticConfig(seed=1, cases_per_site=16, slices_per_case=12, size=48)
+SHIFT_FUNDUS = SyntheticConfig(seed=1, cases_per_site=48, size=48)
+
+
+@pytest.fixture(scope="module")
+def shift_sets(tmp_path_factory) -> dict[tuple[str, str], Path]:
+    """(task, shift) -> a generated set at SHIFT_PROSTATE / SHIFT_FUNDUS, for both values of ``shift``."""
+    root = tmp_path_factory.mktemp("synthetic-shift")
+    sets = {}
+    for shift in SHIFTS:
+        for task, cfg in (("prostate", SHIFT_PROSTATE), ("fundus", SHIFT_FUNDUS)):
+            sets[task, shift] = generate(task, root / shift / task, cfg.model_copy(update=dict(shift=shift)))
+    return sets
+
+
+def _prostate_mask(root: Path, site: str, case: int) -> np.ndarray:
+    """``(H, W, S)`` uint8 mask of one volume."""
+    return np.asarray(nib.load(root / site / _mask_name(site, f"Case{case:02d}")).dataobj)
+
+
+def prostate_gland_area(root: Path, cfg: SyntheticConfig, site: str) -> float:
+    """Mean labelled voxels per volume in anatomy units: divided by the style's zoom squared and the image scale
+    squared, so that the field of view (a style) does not count as a content difference."""
+    per_px = (PROSTATE_STYLES[site].zoom * cfg.size / 96.0) ** 2
+    return float(np.mean([_prostate_mask(root, site, i).sum() / per_px for i in range(cfg.cases_per_site)]))
+
+
+def prostate_unlabelled_gland_slices(root: Path, cfg: SyntheticConfig, site: str) -> list[np.ndarray]:
+    """Per volume, the slice positions along the gland (``rel_z``: -1 apex end, +1 base end) of the slices that cut
+    the imaged gland but carry no label. The geometry is redrawn from the case's generator; the redrawn mask must
+    be the file's (so the test measures what is written)."""
+    style, content = PROSTATE_STYLES[site], prostate_content(site, cfg.shift)
+    site_index = PROSTATE_SITES.index(site)
+    out = []
+    for i in range(cfg.cases_per_site):
+        _, geometry = prostate._prostate_anatomy(case_rng(cfg.seed, "prostate", site_index, i), cfg.size,
+                                                 cfg.slices_per_case, style, content)
+        mask = prostate._annotate_prostate(geometry, content, label_rng(cfg.seed, "prostate", site_index, i))
+        np.testing.assert_array_equal(mask, _prostate_mask(root, site, i))
+        visible = ((geometry.q <= 1.0) & geometry.present).any(axis=(0, 1))  # (S,) the image shows gland
+        labelled = mask.any(axis=(0, 1))
+        out.append(geometry.rel_z[visible & ~labelled])
+    return out
+
+
+def fundus_masks(root: Path, site: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(disc, cup) bool ``(H, W)`` of every image of a domain, train and test."""
+    out = []
+    for p in sorted(root.glob(f"{site}/*/ROIs/mask/*.png")):
+        m = np.asarray(Image.open(p))[..., 0]
+        out.append((m < 255, m == 0))
+    return out
+
+
+def fundus_content_stats(root: Path, cfg: SyntheticConfig, site: str) -> dict[str, float]:
+    """Mean labelled cup/disc area ratio, disc area in anatomy units (over the style's zoom squared and the image
+    scale squared) and disc height/width of a domain."""
+    per_px = (FUNDUS_STYLES[site].zoom * cfg.size / 96.0) ** 2
+    ratio, area, aspect = [], [], []
+    for disc, cup in fundus_masks(root, site):
+        ratio.append(cup.sum() / disc.sum())
+        area.append(disc.sum() / per_px)
+        rows, cols = np.flatnonzero(disc.any(1)), np.flatnonzero(disc.any(0))
+        aspect.append((rows[-1] - rows[0] + 1) / (cols[-1] - cols[0] + 1))
+    return {"cup_disc": float(np.mean(ratio)), "disc_area": float(np.mean(area)), "aspect": float(np.mean(aspect))}
+
+
+def test_content_tables_cover_the_sites_and_style_only_is_neutral():
+    assert tuple(PROSTATE_CONTENT) == PROSTATE_SITES and tuple(FUNDUS_CONTENT) == FUNDUS_SITES
+    for site in PROSTATE_SITES:
+        assert prostate_content(site, "style_only") is NEUTRAL_PROSTATE_CONTENT
+        assert prostate_content(site, "style_and_content") is PROSTATE_CONTENT[site]
+    for site in FUNDUS_SITES:
+        assert fundus_content(site, "style_only") is NEUTRAL_FUNDUS_CONTENT
+        assert fundus_content(site, "style_and_content") is FUNDUS_CONTENT[site]
+    # Every site has its own entry, none of them the neutral one (RUNMC shares its anatomy but not its labelling).
+    assert len(set(PROSTATE_CONTENT.values()) - {NEUTRAL_PROSTATE_CONTENT}) == len(PROSTATE_SITES)
+    assert len(set(FUNDUS_CONTENT.values()) - {NEUTRAL_FUNDUS_CONTENT}) == len(FUNDUS_SITES)
+    with pytest.raises(AttributeError):  # frozen: a table entry cannot be changed in place
+        PROSTATE_CONTENT["HK"].gland_scale = 2.0  # type: ignore[misc]
+
+
+def test_prostate_gland_size_differs_by_site_as_documented(shift_sets):
+    root = shift_sets["prostate", "style_and_content"]
+    area = {site: prostate_gland_area(root, SHIFT_PROSTATE, site) for site in PROSTATE_SITES}
+    # BIDMC: large gland (x1.12) labelled generously (+1 px); HK: small gland (x0.88) labelled on its outline.
+    # Expected area ratio (1.12 / 0.88)^2 = 1.6 before the margin; measured about 2.
+    assert area["BIDMC"] > 1.6 * area["HK"], area
+    # The small-gland sites (HK, I2CVB) label less than the large-gland one with a margin (BIDMC).
+    assert max(area["HK"], area["I2CVB"]) < area["BIDMC"], area
+
+
+def test_prostate_apex_and_base_labelling_differs_by_site_as_documented(shift_sets):
+    root = shift_sets["prostate", "style_and_content"]
+    unlabelled = {site: prostate_unlabelled_gland_slices(root, SHIFT_PROSTATE, site) for site in PROSTATE_SITES}
+    per_volume = {site: np.mean([len(r) for r in rel]) for site, rel in unlabelled.items()}
+    # BIDMC and RUNMC label every slice that shows gland; BMC (apex and base), HK (apex) and I2CVB (base) do not.
+    assert per_volume["BIDMC"] == per_volume["RUNMC"] == 0, per_volume
+    for site in ("BMC", "HK", "I2CVB"):
+        assert per_volume[site] >= 0.4, per_volume
+    # HK leaves out apex slices only, I2CVB base slices only, BMC both ends.
+    assert all((r < 0).all() for r in unlabelled["HK"]) and all((r > 0).all() for r in unlabelled["I2CVB"])
+    bmc = np.concatenate(unlabelled["BMC"])
+    assert (bmc < 0).any() and (bmc > 0).any()
+    # Whatever the convention, the slice through the gland's centre stays labelled: no volume is left empty.
+    assert all(_prostate_mask(root, site, i).any() for site in PROSTATE_SITES
+               for i in range(SHIFT_PROSTATE.cases_per_site))
+
+
+def test_fundus_disc_and_cup_differ_by_domain_as_documented(shift_sets):
+    root = shift_sets["fundus", "style_and_content"]
+    stats = {site: fundus_content_stats(root, SHIFT_FUNDUS, site) for site in FUNDUS_SITES}
+    ratio = {site: s["cup_disc"] for site, s in stats.items()}
+    # Documented order of the labelled cup-to-disc area ratio: Domain4 < Domain3 < Domain2 < Domain1 (expected
+    # about 0.22, 0.26, 0.31, 0.39; the order held for seeds 0-5 at 24 and at 48 images per domain).
+    assert ratio["Domain4"] < ratio["Domain3"] < ratio["Domain2"] < ratio["Domain1"], ratio
+    assert ratio["Domain1"] > 1.4 * ratio["Domain4"], ratio
+    # Disc size x1.05 drawn with a +1 px margin (Domain4) against x0.96 on the outline (Domain3): area ratio about
+    # 1.3 expected.
+    assert stats["Domain4"]["disc_area"] > 1.15 * stats["Domain3"]["disc_area"], stats
+    # Shape: Domain4's discs are the most vertically oval (1.16), Domain2's nearly round (1.03).
+    assert stats["Domain4"]["aspect"] > stats["Domain2"]["aspect"] + 0.07, stats
+
+
+def test_style_only_gives_every_site_the_same_content_while_styles_still_differ(shift_sets):
+    root = shift_sets["prostate", "style_only"]
+    area = {site: prostate_gland_area(root, SHIFT_PROSTATE, site) for site in PROSTATE_SITES}
+    pooled = np.mean(list(area.values()))
+    # Per-site means of 16 volumes scatter by about 5 % (at most 10 % from the pooled mean over seeds 0-4): 15 % is
+    # a wide margin, while under style_and_content BIDMC labels about twice HK's area.
+    assert all(abs(a / pooled - 1) < 0.15 for a in area.values()), area
+    cfg = SHIFT_PROSTATE.model_copy(update=dict(shift="style_only"))
+    for site in PROSTATE_SITES:
+        assert all(len(r) == 0 for r in prostate_unlabelled_gland_slices(root, cfg, site)), site
+    ratio = {site: fundus_content_stats(shift_sets["fundus", "style_only"], SHIFT_FUNDUS, site)["cup_disc"]
+             for site in FUNDUS_SITES}
+    pooled = np.mean(list(ratio.values()))
+    assert all(abs(r / pooled - 1) < 0.15 for r in ratio.values()), ratio
+    # The styles are those of style_and_content: the sites stay identifiable from intensity statistics.
+    assert prostate_style_separation(root, SHIFT_PROSTATE.cases_per_site) >= 0.8
+    assert fundus_style_separation(shift_sets["fundus", "style_only"]) >= 0.8
+
+
+def test_the_labelling_convention_never_changes_the_image(shift_sets):
+    # RUNMC's anatomy is the neutral one; only its labelling differs between the variants (light smoothing): its
+    # images are the same bytes in both. A site with its own anatomy (BIDMC) images other glands.
+    with_content, style_only = shift_sets["prostate", "style_and_content"], shift_sets["prostate", "style_only"]
+    for i in range(SHIFT_PROSTATE.cases_per_site):
+        name = f"Case{i:02d}.nii.gz"
+        assert (with_content / "RUNMC" / name).read_bytes() == (style_only / "RUNMC" / name).read_bytes()
+        assert (with_content / "BIDMC" / name).read_bytes() != (style_only / "BIDMC" / name).read_bytes()
+
+
+def test_shift_is_part_of_the_schema_the_cache_key_and_the_synth_command(tmp_path, capsys):
+    exp = tiny_experiment("prostate")
+    exp["data"]["synthetic"]["shift"] = "style_only"
+    assert config_from_dict(exp).data.synthetic.shift == "style_only"
+    exp["data"]["synthetic"]["shift"] = "content_only"
+    with pytest.raises(ConfigError, match=r"data\.synthetic\.shift"):
+        config_from_dict(exp)
+    assert SyntheticConfig().shift == "style_and_content"
+    # A config copied with an unchecked value is refused by the generator itself.
+    with pytest.raises(ValueError, match="synthetic.shift"):
+        generate("prostate", tmp_path / "bad", SMALL.model_copy(update=dict(shift="content_only")))
+    only = SMALL.model_copy(update=dict(shift="style_only"))
+    assert synthetic.cache_key("prostate", SMALL, ["HK"]) != synthetic.cache_key("prostate", only, ["HK"])
+    # `feddg synth --shift` writes what generate() writes for that config.
+    argv = ["synth", "--task", "prostate", "--out", str(tmp_path / "cli"), "--sites", "HK", "--seed", "3",
+            "--cases-per-site", "2", "--slices-per-case", "5", "--size", "32", "--shift", "style_only"]
+    assert main(argv) == 0
+    assert _files(tmp_path / "cli") == _files(generate("prostate", tmp_path / "direct", only, ["HK"]))
+    assert _files(tmp_path / "cli") != _files(generate("prostate", tmp_path / "content", SMALL, ["HK"]))
+    capsys.readouterr()
 
 
 # ---------------------------------------------------------------------------------------------- errors

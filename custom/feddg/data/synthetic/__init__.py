@@ -7,20 +7,31 @@ Two tasks, one module each, with the site names of the public data sets they imi
 - ``fundus`` (:mod:`feddg.data.synthetic.fundus`): 4 fundus "domains" (``FUNDUS_SITES``), optic-disc-centred RGB ROIs
   written in the DoFE PNG layout: ``<out>/Domain<k>/{train,test}/ROIs/{image,mask}/<name>.png``.
 
-What both share (per-case generators, textures, the acquisition's blur, resolution and noise, file writing) is in
-:mod:`feddg.data.synthetic.common`.
+What both share (per-case generators, textures, the acquisition's blur, resolution and noise, the annotator's mask
+of an imaged outline, file writing) is in :mod:`feddg.data.synthetic.common`.
 
-Sites differ by an explicit acquisition style (the ``MRIStyle`` / ``FundusStyle`` tables of the task modules):
-intensity curve (gamma), contrast and offset, bias field / vignetting, noise, blur, acquisition resolution
-(downsampled then upsampled), field of view (anatomy zoom) and, for fundus, colour cast, brightness and a camera
-field-of-view border. The styles are strong enough for a site classifier on simple intensity statistics to be nearly
-perfect (see tests/data/test_synthetic.py), and meant to cost a model trained on the other sites some accuracy
-without making the unseen site impossible.
+Sites differ in two ways, each an explicit table in the task modules:
 
-Determinism: every case is drawn from its own ``numpy`` generator seeded by ``(seed, task, site, case)``,
-so the files of a site do not depend on which other sites are generated, and the same seed and config
-give byte-identical files (gzip mtime fixed to 0, no file name or time in any header, PNG without
-metadata chunks).
+- acquisition style (``MRIStyle`` / ``FundusStyle``): intensity curve (gamma), contrast and offset, bias field /
+  vignetting, noise, blur, acquisition resolution (downsampled then upsampled), field of view (anatomy zoom) and,
+  for fundus, colour cast, brightness and a camera field-of-view border. The styles are strong enough for a site
+  classifier on simple intensity statistics to be nearly perfect (see tests/data/test_synthetic.py).
+- content and labelling (``ProstateContent`` / ``FundusContent``): what is imaged (prostate: gland size,
+  elongation, boundary irregularity; fundus: disc size and ellipticity, cup-to-disc ratio) and how it is labelled
+  (mask margins, smoothed or jagged outlines, prostate apex/base slices left unlabelled). The task modules' docstrings
+  table each site. A style-exchange method (e.g. ELCFS's amplitude-spectrum exchange) can imitate another site's
+  style but not its patients or its annotators.
+
+``SyntheticConfig.shift`` chooses: ``"style_and_content"`` (default) applies both; ``"style_only"`` gives every
+site the same neutral content and labelling distribution (``NEUTRAL_PROSTATE_CONTENT`` / ``NEUTRAL_FUNDUS_CONTENT``:
+generator version 1's anatomy, plus faint 5-fold lobes on the prostate outline, masks on the imaged outlines), for
+comparison. Both are meant to cost a model trained on the other sites some accuracy on the unseen site
+without making it impossible.
+
+Determinism: every case is drawn from its own ``numpy`` generator seeded by ``(seed, task, site, case)`` (and its
+annotator's randomness from a second one, so that a labelling convention never changes the image), so the files of
+a site do not depend on which other sites are generated, and the same seed and config give byte-identical files
+(gzip mtime fixed to 0, no file name or time in any header, PNG without metadata chunks).
 
 ``ensure_synthetic`` generates a configured set once into the cache (a folder named by a hash of the
 generator version, task, ``SyntheticConfig`` and site list) and reuses it; several processes may call it
@@ -37,37 +48,67 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import get_args
 
 from filelock import FileLock
 
 from feddg.config import DataConfig, SyntheticConfig
 
-from .fundus import FUNDUS_SITES, FUNDUS_STYLES, FundusStyle, fundus_split, generate_fundus_site
-from .prostate import PROSTATE_SITES, PROSTATE_STYLES, MRIStyle, generate_prostate_site
+from .fundus import (
+    FUNDUS_CONTENT,
+    FUNDUS_SITES,
+    FUNDUS_STYLES,
+    NEUTRAL_FUNDUS_CONTENT,
+    FundusContent,
+    FundusStyle,
+    fundus_content,
+    fundus_split,
+    generate_fundus_site,
+)
+from .prostate import (
+    NEUTRAL_PROSTATE_CONTENT,
+    PROSTATE_CONTENT,
+    PROSTATE_SITES,
+    PROSTATE_STYLES,
+    MRIStyle,
+    ProstateContent,
+    generate_prostate_site,
+    prostate_content,
+)
 
 __all__ = [
+    "FUNDUS_CONTENT",
     "FUNDUS_SITES",
     "FUNDUS_STYLES",
     "GENERATOR_VERSION",
     "MARKER",
+    "NEUTRAL_FUNDUS_CONTENT",
+    "NEUTRAL_PROSTATE_CONTENT",
+    "PROSTATE_CONTENT",
     "PROSTATE_SITES",
     "PROSTATE_STYLES",
+    "SHIFTS",
     "SITES",
     "TASK_LAYOUTS",
+    "FundusContent",
     "FundusStyle",
     "MRIStyle",
+    "ProstateContent",
     "cache_key",
     "ensure_synthetic",
+    "fundus_content",
     "fundus_split",
     "generate",
+    "prostate_content",
 ]
 
 # Bump whenever the generated bytes change for a given config (any module of this package): it is part of the
-# cache key.
-GENERATOR_VERSION = 1
+# cache key. 2: per-site content and labelling (SyntheticConfig.shift); style_only files differ from version 1 too.
+GENERATOR_VERSION = 2
 
 SITES = {"prostate": PROSTATE_SITES, "fundus": FUNDUS_SITES}
 TASK_LAYOUTS = {"prostate": "saml_nifti", "fundus": "dofe_png"}
+SHIFTS: tuple[str, ...] = get_args(SyntheticConfig.model_fields["shift"].annotation)  # ("style_and_content", ...)
 MARKER = ".feddg-synthetic.json"  # written last into a completed folder (a dotfile: loaders skip it)
 
 
@@ -94,6 +135,9 @@ def _check(task: str, cfg: SyntheticConfig, sites: Sequence[str] | None) -> list
         raise ValueError(f"synthetic.slices_per_case: must be >= 1, got {cfg.slices_per_case}")
     if cfg.size < 16:
         raise ValueError(f"synthetic.size: must be >= 16 px, got {cfg.size}")
+    # A config made by model_copy(update=...) is not validated by the schema: check the one string field here.
+    if cfg.shift not in SHIFTS:
+        raise ValueError(f"synthetic.shift: must be one of {list(SHIFTS)}, got {cfg.shift!r}")
     if task == "fundus":
         fundus_split(cfg.cases_per_site)
         if cfg.held_out_cases is not None:

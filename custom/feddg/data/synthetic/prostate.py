@@ -7,8 +7,8 @@ axis is the slice axis), mask label 1 = prostate (uint8), each site with its own
 own stored data type (int16 or float32).
 
 Anatomy: a pelvis-like body (subcutaneous fat ring, soft tissue, obturator muscles, femoral heads, a bright bladder
-at the base slices, a rectum behind the gland) and a prostate made of a randomly shaped ellipsoid (low-frequency
-boundary perturbation) that shrinks towards apex and base, so the first and last slices of every volume are empty.
+at the base slices, a rectum behind the gland) and a prostate made of a randomly shaped ellipsoid (2-, 3- and 5-fold
+boundary lobes) that shrinks towards apex and base, so the first and last slices of every volume are empty.
 The gland's mean intensity sits between the surrounding soft tissue, muscle and fat/bladder values: it is neither
 the brightest nor the darkest structure, and it is told apart by its texture (nodular central gland, brighter
 peripheral zone), its dark capsule line and its shape.
@@ -16,6 +16,29 @@ peripheral zone), its dark capsule line and its shape.
 Sites differ by their acquisition style (``MRIStyle``, one per site in ``PROSTATE_STYLES``): intensity curve
 (gamma), contrast and offset, bias field and coil hot spot, Rician noise, blur, acquisition resolution (downsampled
 then upsampled), field of view (anatomy zoom), tissue contrast, voxel spacing and stored data type.
+
+With ``SyntheticConfig.shift == "style_and_content"`` (the default) they also differ by what they image and how
+they label it (``ProstateContent``, one per site in ``PROSTATE_CONTENT``): the gland's size, elongation and
+boundary irregularity, and the annotation convention (margin, smoothed or jagged outline, how far towards apex and
+base slices are labelled). Pixel sizes are at size 96 and scale with the image. "Cut" is the share of the gland's
+half-length at that end whose slices show gland but are left unlabelled (at 12 slices per volume, a cut of 0.3
+leaves about one gland slice unlabelled at that end, 0.15 about every other volume's end slice):
+
+    site    gland (size x, elongation, outline)     labelling convention
+    BIDMC   large x1.12, round 0.90, smooth 0.7     generous: +1 px margin, smoothed (sigma 1.5 px), every slice
+    BMC     mean  x1.00, flat  1.20, mean   1.0     tight: -1 px, jagged (0.8 px), apex and base cut 0.15 each
+    HK      small x0.88, mean  1.00, lobed  1.6     on the outline, jagged (0.6 px), apex cut 0.3
+    I2CVB   small x0.90, flat  1.15, lobed  1.4     generous: +1 px margin, raw outline, base cut 0.2
+    RUNMC   mean  x1.00, mean  1.00, mean   1.0     on the outline, lightly smoothed (0.8 px), every slice
+    UCL     large x1.10, tall  0.85, smooth 0.6     slightly tight: -0.5 px, smoothed (2 px), every slice
+
+("elongation": the left-right over antero-posterior axis ratio relative to the common distribution; "outline":
+the amplitude of the boundary lobes relative to it.) RUNMC, the default unseen site, is the neutral entry in
+anatomy. With ``shift == "style_only"`` every site draws from ``NEUTRAL_PROSTATE_CONTENT`` (the common gland
+distribution, masks on the outline, every gland slice labelled): sites differ by style alone.
+
+A case's image is drawn from its own generator (``case_rng``) and the annotator's randomness (the jagged outline)
+from a second one (``label_rng``), so the labelling convention never changes the image bytes.
 
 The NIfTI files are gzipped with mtime 0 and no file name, so their bytes depend on the data alone.
 """
@@ -32,7 +55,9 @@ import numpy as np
 
 from feddg.config import SyntheticConfig
 
-from .common import case_rng, degrade, sigmoid, smooth_noise, write_bytes
+from .common import (
+    annotate, case_rng, degrade, label_rng, sigmoid, signed_distance_px, site_content, smooth_noise, write_bytes,
+)
 
 PROSTATE_SITES = ("BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL")
 
@@ -84,6 +109,72 @@ PROSTATE_STYLES: dict[str, MRIStyle] = {
 }
 
 
+@dataclass(frozen=True)
+class ProstateContent:
+    """What one site images and how its annotators label it (the patients and the convention, not the scanner).
+
+    Pixel amounts are at size 96 and scale with ``SyntheticConfig.size``. The neutral entry
+    (``NEUTRAL_PROSTATE_CONTENT``) is the common distribution every site draws from under ``shift: style_only``.
+    """
+
+    gland_scale: float  # multiplies both in-plane semi-axes of the gland (common draw: 0.2-0.3 by 0.16-0.24 of the
+    # half field of view)
+    elongation: float  # multiplies the left-right / antero-posterior axis ratio, area kept: > 1 flatter, < 1 rounder
+    irregularity: float  # multiplies the amplitude of the boundary lobes (common draw: up to 8 %, 6 % and 2 % of the
+    # radius for the 2-, 3- and 5-fold ones)
+    label_margin: float  # px: > 0 the mask reaches past the gland's outline (dilated), < 0 it stops inside (eroded)
+    label_smoothing: float  # px: in-plane Gaussian sigma applied to the mask (a smoothed, spline-like contour)
+    label_jag: float  # px: amplitude of a pixel-scale wobble of the mask outline, drawn per slice (a coarse
+    # hand-drawn contour)
+    apex_cut: float  # share of the gland's half-length at the apex whose slices are left unlabelled (0: all)
+    base_cut: float  # the same at the base
+
+
+NEUTRAL_PROSTATE_CONTENT = ProstateContent(gland_scale=1.0, elongation=1.0, irregularity=1.0, label_margin=0.0,
+                                           label_smoothing=0.0, label_jag=0.0, apex_cut=0.0, base_cut=0.0)
+
+# One entry per site; the module docstring tables them. Size and margin do not go together (BIDMC: large and
+# generous; UCL: large but tight; I2CVB: small but generous), so gland size alone does not tell a site's labelling
+# convention. The spread of gland size in the image (gland_scale x the style's zoom: 0.79 for HK to 1.13 for
+# I2CVB) stays within the spread of the styles' zoom alone (0.8 to 1.25), and each convention alone costs a Dice
+# of 0.87-0.92 against masks drawn on the outline of the same glands (BMC, the tightest, 0.87; measured at size
+# 96): moderate by design. Measured with pooled training on the other five sites (64 px, 40 epochs, 3 seeds), the
+# unseen site's Dice falls from 0.87 to 0.79 (RUNMC) and from 0.74 to 0.65 (HK) against style_only.
+PROSTATE_CONTENT: dict[str, ProstateContent] = {
+    "BIDMC": ProstateContent(gland_scale=1.12, elongation=0.90, irregularity=0.7, label_margin=1.0,
+                             label_smoothing=1.5, label_jag=0.0, apex_cut=0.0, base_cut=0.0),
+    "BMC": ProstateContent(gland_scale=1.00, elongation=1.20, irregularity=1.0, label_margin=-1.0,
+                           label_smoothing=0.0, label_jag=0.8, apex_cut=0.15, base_cut=0.15),
+    "HK": ProstateContent(gland_scale=0.88, elongation=1.00, irregularity=1.6, label_margin=0.0,
+                          label_smoothing=0.0, label_jag=0.6, apex_cut=0.3, base_cut=0.0),
+    "I2CVB": ProstateContent(gland_scale=0.90, elongation=1.15, irregularity=1.4, label_margin=1.0,
+                             label_smoothing=0.0, label_jag=0.0, apex_cut=0.0, base_cut=0.2),
+    "RUNMC": ProstateContent(gland_scale=1.00, elongation=1.00, irregularity=1.0, label_margin=0.0,
+                             label_smoothing=0.8, label_jag=0.0, apex_cut=0.0, base_cut=0.0),
+    "UCL": ProstateContent(gland_scale=1.10, elongation=0.85, irregularity=0.6, label_margin=-0.5,
+                           label_smoothing=2.0, label_jag=0.0, apex_cut=0.0, base_cut=0.0),
+}
+
+
+def prostate_content(site: str, shift: str) -> ProstateContent:
+    """The content and labelling a site draws from: its own entry, or the neutral one under ``style_only``."""
+    return site_content(PROSTATE_CONTENT, NEUTRAL_PROSTATE_CONTENT, site, shift)
+
+
+@dataclass(frozen=True)
+class GlandGeometry:
+    """Where the imaged gland is, for the annotator: all arrays broadcast against a ``(H, W, S)`` volume.
+
+    ``q``: ``(H, W, S)`` normalised radius, < 1 inside the gland's outline on slices where it is present;
+    ``present``: ``(1, 1, S)`` bool, the slice cuts the gland; ``rel_z``: ``(S,)`` slice position along the gland,
+    -1 at its apex end and +1 at its base end (beyond those: no gland).
+    """
+
+    q: np.ndarray
+    present: np.ndarray
+    rel_z: np.ndarray
+
+
 def _soft_ellipse(
     x: np.ndarray,
     y: np.ndarray,
@@ -104,12 +195,15 @@ def _soft_ellipse(
     return sigmoid((1.0 - q) * np.minimum(ax, ay) * px_per_unit / edge)
 
 
-def _prostate_anatomy(rng: np.random.Generator, size: int, n_slices: int, style: MRIStyle) -> tuple[np.ndarray, np.ndarray]:
-    """Tissue signal in [0, ~1] and prostate mask, both ``(size, size, n_slices)``.
+def _prostate_anatomy(
+    rng: np.random.Generator, size: int, n_slices: int, style: MRIStyle, content: ProstateContent
+) -> tuple[np.ndarray, GlandGeometry]:
+    """Tissue signal in [0, ~1], ``(size, size, n_slices)`` float32, and the gland's geometry (for the annotator).
 
     Coordinates: ``x`` along axis 1 (left-right), ``y`` along axis 0 (anterior at negative ``y``),
     both in [-1, 1] across the image and divided by ``style.zoom``; ``z`` in [-1, 1] from apex to
-    base. ``style.fat`` and ``style.pz`` set the sequence's tissue contrast.
+    base. ``style.fat`` and ``style.pz`` set the sequence's tissue contrast; ``content`` the site's gland size,
+    elongation and boundary irregularity.
     """
     zoom = style.zoom
     lin = ((np.arange(size, dtype=np.float32) + 0.5) / size * 2.0 - 1.0) / zoom
@@ -141,10 +235,15 @@ def _prostate_anatomy(rng: np.random.Generator, size: int, n_slices: int, style:
 
     # Prostate geometry (needed first so the neighbours are placed around it).
     pcx, pcy = u(-0.06, 0.06), u(0.0, 0.12)
-    rx, ry = u(0.2, 0.3), u(0.16, 0.24)
+    # The site's gland size and elongation scale the common draw (elongation keeps the area: sqrt on each axis).
+    stretch = float(np.sqrt(content.elongation))
+    rx = u(0.2, 0.3) * content.gland_scale * stretch
+    ry = u(0.16, 0.24) * content.gland_scale / stretch
     rot = u(-0.35, 0.35)
     cz, hz = u(-0.15, 0.15), u(0.55, 0.8)
-    a2, a3, p2, p3 = u(0.0, 0.08), u(0.0, 0.06), u(0, 2 * np.pi), u(0, 2 * np.pi)
+    irr = content.irregularity
+    a2, a3, p2, p3 = u(0.0, 0.08) * irr, u(0.0, 0.06) * irr, u(0, 2 * np.pi), u(0, 2 * np.pi)
+    a5, p5 = u(0.0, 0.02) * irr, u(0, 2 * np.pi)
 
     # Obturator muscles (dark, fibrous) and femoral heads (marrow with dark cortex), left and right.
     for side in (-1.0, 1.0):
@@ -184,9 +283,9 @@ def _prostate_anatomy(rng: np.random.Generator, size: int, n_slices: int, style:
     yr = (-np.sin(rot) * dx + np.cos(rot) * dy) / ry
     rho = np.sqrt(xr**2 + yr**2)
     theta = np.arctan2(yr, xr)
-    radius = (1.0 + a2 * np.cos(2 * theta + p2 + 0.8 * z) + a3 * np.cos(3 * theta + p3)) * taper
+    lobes = a2 * np.cos(2 * theta + p2 + 0.8 * z) + a3 * np.cos(3 * theta + p3) + a5 * np.cos(5 * theta + p5 - z)
+    radius = (1.0 + lobes) * taper
     f = rho / np.maximum(radius, 1e-6)  # < 1 inside the gland
-    mask = (f <= 1.0) & (taper > 0)
     r_px = np.maximum(radius * min(rx, ry) * ppu, 1e-3)  # local gland radius in pixels
     inside = np.where(taper > 0, sigmoid((1.0 - f) * r_px / 0.6), 0.0)
 
@@ -201,7 +300,30 @@ def _prostate_anatomy(rng: np.random.Generator, size: int, n_slices: int, style:
     pz = sigmoid((f - 0.62) * r_px / 1.0) * sigmoid((yr + 0.25) * 6.0)
     gland = (1 - pz) * (0.4 + 0.09 * texture(1.0)) + pz * (style.pz + 0.05 * texture(0.6))
     img = img * (1 - inside) + gland * inside
-    return np.clip(img, 0.0, None).astype(np.float32), mask.astype(np.uint8)
+    rel_z = ((z - cz) / hz).reshape(-1)
+    geometry = GlandGeometry(q=f.astype(np.float32), present=taper > 0, rel_z=rel_z)
+    return np.clip(img, 0.0, None).astype(np.float32), geometry
+
+
+def _annotate_prostate(geometry: GlandGeometry, content: ProstateContent, rng: np.random.Generator) -> np.ndarray:
+    """The site's mask of the imaged gland, ``(H, W, S)`` uint8 (1 = prostate), by its labelling convention.
+
+    Margin, smoothing and jag act in-plane on each slice (annotators contour slice by slice); the apex and base
+    cuts leave the end slices of the gland unlabelled, but never the slice through the gland's centre, so that a
+    volume keeps a label at any ``slices_per_case``. ``rng``: the case's annotator generator (``label_rng``).
+    """
+    q = geometry.q
+    size = q.shape[0]
+    px = size / 96.0
+    jitter = None
+    if content.label_jag > 0:
+        # Independent per slice (no smoothing along z) and about a pixel wide in-plane: a hand-drawn wobble.
+        jitter = content.label_jag * px * smooth_noise(rng, q.shape, (0.8 * px, 0.8 * px, 0.0))
+    mask = annotate(signed_distance_px(q), content.label_margin, content.label_smoothing, px, jitter)
+    rel = geometry.rel_z
+    labelled = (rel >= -1.0 + content.apex_cut) & (rel <= 1.0 - content.base_cut)
+    labelled[int(np.argmin(np.abs(rel)))] = True
+    return (mask & geometry.present & labelled[None, None, :]).astype(np.uint8)
 
 
 def _acquire_mri(tissue: np.ndarray, style: MRIStyle, rng: np.random.Generator) -> np.ndarray:
@@ -250,12 +372,16 @@ def _write_nifti(path: Path, data: np.ndarray, spacing: Sequence[float]) -> None
 
 
 def generate_prostate_site(out_dir: Path, site: str, cfg: SyntheticConfig) -> None:
+    """Write ``cfg.cases_per_site`` volumes and masks of ``site`` into ``out_dir / site`` (SAML layout)."""
     style = PROSTATE_STYLES[site]
+    content = prostate_content(site, cfg.shift)
     mask_suffix = "_Segmentation" if site == "BMC" else "_segmentation"
     width = max(2, len(str(cfg.cases_per_site - 1)))
+    site_index = PROSTATE_SITES.index(site)
     for case in range(cfg.cases_per_site):
-        rng = case_rng(cfg.seed, "prostate", PROSTATE_SITES.index(site), case)
-        tissue, mask = _prostate_anatomy(rng, cfg.size, cfg.slices_per_case, style)
+        rng = case_rng(cfg.seed, "prostate", site_index, case)
+        tissue, geometry = _prostate_anatomy(rng, cfg.size, cfg.slices_per_case, style, content)
+        mask = _annotate_prostate(geometry, content, label_rng(cfg.seed, "prostate", site_index, case))
         sig = _acquire_mri(tissue, style, rng) * style.scale
         if style.dtype == "int16":
             image = np.clip(np.rint(sig), 0, np.iinfo(np.int16).max).astype(np.int16)
