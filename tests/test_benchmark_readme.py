@@ -12,6 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = """# Leave-one-site-out benchmark: fundus
 
 Protocol (every run): `{}`; 2 of 2 runs finished; scores of the held-out site's test cases.
+
+How to read: seeds are the unit.
 ### Dice, disc
 
 | method | Domain1 | average |
@@ -29,12 +31,17 @@ Protocol (every run): `{}`; 2 of 2 runs finished; scores of the held-out site's 
 | method | Domain1 | average | Holm p (average) |
 |---|---|---|---|
 | elcfs | +0.010 [-0.001, +0.020] | - | - |
+
+### What the evidence supports (generated from the table above)
+
+- **elcfs** vs fedavg: not resolved.
 """
 
 
 def test_the_dice_sections_and_the_protocol_are_quoted_and_nothing_else():
     quoted = dice_sections(RESULTS)
-    assert quoted.startswith("Protocol (every run)")
+    assert quoted.startswith("Protocol (every run)") and "How to read: seeds are the unit." in quoted
+    assert "- **elcfs** vs fedavg: not resolved." in quoted  # the generated verdicts are quoted with the tables
     assert "### Dice, disc" in quoted and "### Dice difference to fedavg" in quoted and "| elcfs | +0.010" in quoted
     assert "HD95" not in quoted and "# Leave-one-site-out" not in quoted
 

@@ -1,266 +1,188 @@
-"""Paired and site-stratified bootstrap differences against FedAvg, Holm's correction: hand-worked numbers, the same
-intervals as a direct scipy call, degenerate data, the BCa -> percentile fallback, bad inputs named."""
+"""Seed-level statistics: the two-level bootstrap against hand-worked moments and a brute-force enumeration, the
+sign-flip test's exact p-values, power, Holm's correction, and cells with too few seeds."""
 
 from __future__ import annotations
 
-import inspect
+import itertools
 import json
 
 import numpy as np
 import pytest
-from scipy import stats
 
-import feddg.benchmark.stats as bstats
-from feddg.benchmark.stats import Difference, holm, paired_difference, stratified_difference
+from feddg.benchmark.stats import (
+    PValue,
+    compare_seeds,
+    holm,
+    minimum_detectable_difference,
+    seeds_needed,
+    sign_flip_test,
+    two_level_distribution,
+)
 
-N = 2000  # resamples: enough for stable assertions, cheap on a shared machine
-
-METHOD = [0.80, 0.75, 0.90, 0.62, 0.71, 0.85]
-BASELINE = [0.78, 0.70, 0.91, 0.55, 0.69, 0.80]
-# differences: +0.02, +0.05, -0.01, +0.07, +0.02, +0.05 -> sum 0.20, mean 0.20 / 6
-HAND_MEAN = 0.20 / 6
-
-RNG_KEYWORD = "rng" if "rng" in inspect.signature(stats.bootstrap).parameters else "random_state"
-
-
-def _direct(data, statistic, *, paired, method, seed=0, n_resamples=N):
-    return stats.bootstrap(data, statistic, n_resamples=n_resamples, vectorized=True, paired=paired, axis=-1,
-                           confidence_level=0.95, method=method, **{RNG_KEYWORD: np.random.default_rng(seed)})
-
-
-def _hand_p(distribution, n_resamples=N):
-    below, above = np.mean(distribution <= 0), np.mean(distribution >= 0)
-    return max(min(1.0, 2 * min(below, above)), 1 / (n_resamples + 1))
-
-
-def _effect(shift, noise, n=20, seed=3):
-    rng = np.random.default_rng(seed)
-    baseline = rng.uniform(0.6, 0.85, n)
-    eps = rng.normal(0.0, noise, n)
-    eps -= eps.mean()  # the observed mean difference is exactly `shift`
-    return baseline + shift + eps, baseline
+# 2 sites x 3 seeds x 4 cases of per-case differences (method - baseline), chosen so the moments work by hand.
+HAND = {
+    "A": np.array([[0.1, 0.1, 0.1, 0.1],     # seed 0: mean 0.1, case variance 0
+                   [0.0, 0.2, 0.0, 0.2],     # seed 1: mean 0.1, case variance 0.01 (population)
+                   [0.4, 0.4, 0.4, 0.4]]),   # seed 2: mean 0.4
+    "B": np.array([[0.0, 0.0, 0.0, 0.0],
+                   [-0.1, -0.1, -0.1, -0.1],
+                   [0.1, 0.1, 0.1, 0.1]]),
+}
+# D_A = (0.1 + 0.1 + 0.4) / 3 = 0.2, D_B = 0, D = 0.1.
+# Bootstrap variance of one drawn seed's case mean = variance of the seed means + mean case variance / n:
+#   A: ((-0.1)^2 + (-0.1)^2 + 0.2^2) / 3 + (0 + 0.01 + 0) / 3 / 4 = 0.02 + 0.000833 = 0.0208333; over 3 seeds: / 3
+#   B: ((0)^2 + (-0.1)^2 + 0.1^2) / 3 = 0.0066667; / 3
+# D* = (A* + B*) / 2: variance (0.0069444 + 0.0022222) / 4 = 0.0022917.
+HAND_MEAN, HAND_VARIANCE = 0.1, (0.0208333 / 3 + 0.0066667 / 3) / 4
 
 
-# -- paired_difference -------------------------------------------------------------------------------------------
+def _runs(differences: dict[str, np.ndarray], base: float = 0.5) -> dict:
+    """The paired-runs mapping for per-case differences: baseline scores ``base``, method ``base + d``."""
+    return {site: {k: (base + row, np.full_like(row, base)) for k, row in enumerate(d)}
+            for site, d in differences.items()}
 
 
-def test_paired_mean_is_the_hand_computed_mean_difference_and_the_interval_is_scipys():
-    result = paired_difference(METHOD, BASELINE, n_resamples=N, seed=7)
+# -- the two-level bootstrap ---------------------------------------------------------------------------------------
+
+
+def test_point_estimate_is_the_mean_over_sites_of_the_mean_paired_seed_difference():
+    result = compare_seeds(_runs(HAND), n_resamples=2000)
     assert result.mean == pytest.approx(HAND_MEAN, abs=1e-12)
-    assert result.n_cases == 6 and result.confidence == 0.95
-    assert result.method == "BCa"
-
-    direct = _direct((np.array(METHOD), np.array(BASELINE)), lambda a, b, axis: a.mean(axis) - b.mean(axis),
-                     paired=True, method="BCa", seed=7)
-    assert result.low == pytest.approx(direct.confidence_interval.low, abs=1e-12)
-    assert result.high == pytest.approx(direct.confidence_interval.high, abs=1e-12)
-    assert result.p_value == pytest.approx(_hand_p(direct.bootstrap_distribution), abs=1e-12)
-    assert result.low < result.mean < result.high
+    assert result.seeds["A"] == pytest.approx({0: 0.1, 1: 0.1, 2: 0.4})
+    assert result.seeds["B"] == pytest.approx({0: 0.0, 1: -0.1, 2: 0.1})
+    assert result.n_seeds == 3 and result.has_interval
+    # pooled SD of the seed differences: sqrt(mean(var_A, var_B)) with ddof 1: var_A = 0.03, var_B = 0.01
+    assert result.sd == pytest.approx(np.sqrt(0.02), abs=1e-12)
 
 
-def test_the_seed_makes_the_result_reproducible_and_another_seed_changes_it():
-    first = paired_difference(METHOD, BASELINE, n_resamples=N, seed=1)
-    assert paired_difference(METHOD, BASELINE, n_resamples=N, seed=1) == first
-    assert paired_difference(METHOD, BASELINE, n_resamples=N, seed=2) != first
+def test_two_level_resamples_have_the_hand_worked_mean_and_variance():
+    values = two_level_distribution(HAND, 200_000, np.random.default_rng(1))
+    assert values.mean() == pytest.approx(HAND_MEAN, abs=0.001)
+    assert values.var() == pytest.approx(HAND_VARIANCE, rel=0.02)
 
 
-def test_a_clear_positive_effect_excludes_zero_with_a_small_p_value():
-    method, baseline = _effect(0.1, 0.02)
-    result = paired_difference(method, baseline, n_resamples=N)
-    assert result.mean == pytest.approx(0.1, abs=1e-12)
-    assert 0 < result.low < 0.1 < result.high
-    assert result.excludes_zero
-    assert result.p_value == pytest.approx(1 / (N + 1))  # no resample reaches zero: the floor
-    assert result.format().endswith("*")
+def test_two_level_resamples_match_a_brute_force_enumeration():
+    diffs = {"A": np.array([[0.0, 1.0], [2.0, 4.0]])}  # 2 seeds x 2 cases
+    # Every outcome: the two drawn seeds (2^2 ways), then each drawn seed's two cases (2^2 ways each): 64, equally
+    # likely.
+    exact = []
+    for seeds in itertools.product(range(2), repeat=2):
+        for cases in itertools.product(range(2), repeat=4):
+            draws = [diffs["A"][seeds[0], cases[0]], diffs["A"][seeds[0], cases[1]],
+                     diffs["A"][seeds[1], cases[2]], diffs["A"][seeds[1], cases[3]]]
+            exact.append(np.mean(draws))
+    exact = np.array(exact)
+    sampled = two_level_distribution(diffs, 100_000, np.random.default_rng(2))
+    for x in np.unique(exact):
+        assert np.mean(sampled <= x) == pytest.approx(np.mean(exact <= x), abs=0.01)
 
 
-def test_a_clear_negative_effect_excludes_zero_too():
-    baseline, method = _effect(0.1, 0.02)
-    result = paired_difference(method, baseline, n_resamples=N)
-    assert result.high < 0 and result.excludes_zero and result.p_value < 0.01
+def test_the_interval_is_reproducible_and_contains_the_estimate():
+    first = compare_seeds(_runs(HAND), n_resamples=2000, seed=3)
+    assert compare_seeds(_runs(HAND), n_resamples=2000, seed=3) == first
+    assert first.low < first.mean < first.high
 
 
-def test_pure_noise_around_zero_does_not_exclude_zero():
-    method, baseline = _effect(0.0, 0.05)
-    result = paired_difference(method, baseline, n_resamples=N)
-    assert result.low < 0 < result.high
-    assert not result.excludes_zero
-    assert result.p_value > 0.5
-    assert not result.format().endswith("*")
+def test_a_cell_with_two_seeds_shows_its_seed_values_and_no_interval():
+    result = compare_seeds(_runs({"A": HAND["A"][:2]}), n_resamples=500)
+    assert result.low is None and result.high is None and result.p is None
+    assert not result.resolved()
+    assert result.format() == "+0.100 (2 seeds: +0.100, +0.100)"
+    assert compare_seeds(_runs({"A": HAND["A"][:1]}), n_resamples=500).format() == "+0.100 (1 seed)"
+    assert compare_seeds(_runs({"A": HAND["A"][:2], "B": HAND["B"]}), n_resamples=500).format() == \
+        "+0.050 (2-3 seeds per site)"
 
 
-def test_identical_differences_give_a_degenerate_interval_without_scipy(monkeypatch):
-    def fail(*args, **kwargs):
-        raise AssertionError("scipy.stats.bootstrap must not be called on degenerate data")
-
-    monkeypatch.setattr(bstats.stats, "bootstrap", fail)
-    shifted = paired_difference([0.5, 0.6, 0.7, 0.8], [0.45, 0.55, 0.65, 0.75], n_resamples=N)
-    assert shifted.method == "degenerate"
-    assert shifted.mean == pytest.approx(0.05, abs=1e-12)
-    assert shifted.low == shifted.high == shifted.mean
-    assert shifted.p_value == pytest.approx(1 / (N + 1))
-    assert shifted.excludes_zero
-
-    same = paired_difference([0.5, 0.6, 0.7], [0.5, 0.6, 0.7], n_resamples=N)
-    assert (same.mean, same.low, same.high, same.p_value, same.method) == (0.0, 0.0, 0.0, 1.0, "degenerate")
-    assert not same.excludes_zero
+def test_seeds_of_one_site_must_score_the_same_cases():
+    runs = {"A": {0: ([0.5, 0.6], [0.5, 0.5]), 1: ([0.5], [0.5])}}
+    with pytest.raises(ValueError, match="site 'A'.*different numbers of cases"):
+        compare_seeds(runs)
+    with pytest.raises(ValueError, match="site 'A', seed 0: the method scored 2 cases, the baseline 1"):
+        compare_seeds({"A": {0: ([0.5, 0.6], [0.5])}})
+    with pytest.raises(ValueError, match="site 'A', seed 0: method scores contain non-finite"):
+        compare_seeds({"A": {0: ([np.nan], [0.5])}})
+    with pytest.raises(ValueError, match="n_resamples"):
+        compare_seeds(_runs(HAND), n_resamples=0)
 
 
-def test_bca_failure_falls_back_to_the_percentile_interval(monkeypatch):
-    real = stats.bootstrap
-
-    def no_bca(*args, **kwargs):
-        if kwargs.get("method") == "BCa":
-            raise ValueError("BCa unavailable")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(bstats.stats, "bootstrap", no_bca)
-    result = paired_difference(METHOD, BASELINE, n_resamples=N, seed=4)
-    direct = _direct((np.array(METHOD), np.array(BASELINE)), lambda a, b, axis: a.mean(axis) - b.mean(axis),
-                     paired=True, method="percentile", seed=4)
-    assert result.method == "percentile"
-    assert result.low == pytest.approx(direct.confidence_interval.low, abs=1e-12)
-    assert result.high == pytest.approx(direct.confidence_interval.high, abs=1e-12)
+# -- the sign-flip test --------------------------------------------------------------------------------------------
 
 
-def test_a_nan_bca_interval_falls_back_to_percentile(monkeypatch):
-    real = stats.bootstrap
-
-    def nan_bca(*args, **kwargs):
-        result = real(*args, **kwargs)
-        if kwargs.get("method") == "BCa":
-            result.confidence_interval = type(result.confidence_interval)(np.nan, np.nan)
-        return result
-
-    monkeypatch.setattr(bstats.stats, "bootstrap", nan_bca)
-    result = stratified_difference({"A": (METHOD, BASELINE)}, n_resamples=N)
-    assert result.method == "percentile"
-    assert np.isfinite(result.low) and np.isfinite(result.high) and result.low < result.high
+def test_sign_flip_exact_p_with_three_paired_seeds():
+    # Three positive differences: only the identity and the all-flipped pattern reach |D|: 2 of 8.
+    assert sign_flip_test({"A": {0: 0.1, 1: 0.2, 2: 0.3}}) == PValue(0.25, "exact")
 
 
-# -- stratified_difference ---------------------------------------------------------------------------------------
+def test_sign_flip_exact_p_with_five_paired_seeds():
+    # Magnitudes 0.1, 0.2, 0.3, 0.4, 0.05 sum to 1.05; a pattern's sum is 1.05 - 2F with F the flipped magnitudes.
+    # |1.05 - 2F| >= 0.95 iff F <= 0.05 (F = 0 or 0.05: 2 patterns) or F >= 1.0 (their complements: 2): 4 of 32.
+    p = sign_flip_test({"A": {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.4, 4: -0.05}})
+    assert p.kind == "exact" and p.value == pytest.approx(4 / 32)
+    # The smallest p five seeds can give is 2/32: one site with 5 seeds cannot be resolved at 0.05.
+    assert compare_seeds(_runs({"A": np.full((5, 3), 0.2)}), n_resamples=500).p.value == pytest.approx(2 / 32)
 
 
-def test_stratified_mean_is_the_plain_mean_of_the_site_means():
-    per_site = {
-        "A": ([0.9, 0.8, 0.7], [0.8, 0.6, 0.4]),  # differences 0.1, 0.2, 0.3 -> mean 0.2
-        "B": ([0.5, 0.4], [0.5, 0.5]),  # differences 0.0, -0.1 -> mean -0.05
-    }
-    result = stratified_difference(per_site, n_resamples=N)
-    assert result.mean == pytest.approx((0.2 + -0.05) / 2, abs=1e-12)  # 0.075, not the pooled 0.5 / 5 = 0.1
-    assert result.n_cases == 5
-    assert result.low <= result.mean <= result.high
+def test_sign_flip_weights_each_site_once_whatever_its_seed_count():
+    # Site A: 2 seeds of +1, site B: 4 seeds of -0.5; D = (1 + -0.5) / 2 = 0.25.  Flipping one of A's seeds changes D
+    # by 0.5 and one of B's by 0.125: |D*| >= 0.25 is counted over all 64 patterns by brute force here.
+    seeds = {"A": {0: 1.0, 1: 1.0}, "B": {0: -0.5, 1: -0.5, 2: -0.5, 3: -0.5}}
+    weights = np.array([0.25, 0.25, 0.125, 0.125, 0.125, 0.125])
+    values = np.array([1.0, 1.0, -0.5, -0.5, -0.5, -0.5])
+    count = sum(abs(np.dot(np.array(s) * values, weights)) >= 0.25 - 1e-12
+                for s in itertools.product((1, -1), repeat=6))
+    assert sign_flip_test(seeds) == PValue(count / 64, "exact")
 
 
-def test_stratified_interval_is_scipys_with_one_sample_per_site():
-    per_site = {"A": (METHOD, BASELINE), "B": ([0.9, 0.8, 0.7, 0.6], [0.8, 0.6, 0.4, 0.65])}
-    result = stratified_difference(per_site, n_resamples=N, seed=5)
-    samples = tuple(np.array(m) - np.array(b) for m, b in per_site.values())
-    direct = _direct(samples, lambda x, y, axis: (x.mean(axis) + y.mean(axis)) / 2, paired=False, method=result.method,
-                     seed=5)
-    assert result.low == pytest.approx(direct.confidence_interval.low, abs=1e-12)
-    assert result.high == pytest.approx(direct.confidence_interval.high, abs=1e-12)
-    assert result.p_value == pytest.approx(_hand_p(direct.bootstrap_distribution), abs=1e-12)
+def test_sign_flip_draws_patterns_beyond_the_exact_limit_and_reports_a_bound_when_none_reaches():
+    few = sign_flip_test({"A": {k: 0.1 for k in range(5)}}, exact_up_to=2, n_resamples=20_000)
+    assert few.kind == "monte-carlo" and few.value == pytest.approx(2 / 32, abs=0.01)
+    many = sign_flip_test({"A": {k: 0.1 for k in range(40)}}, n_resamples=1000)
+    assert many == PValue(1 / 1000, "bound", 1000)
+    assert many.format() == "< 0.001"
 
 
-def test_stratified_with_one_site_matches_paired_on_that_site():
-    method, baseline = _effect(0.03, 0.05, n=15, seed=11)
-    paired = paired_difference(method, baseline, n_resamples=N, seed=0)
-    stratified = stratified_difference({"only": (method, baseline)}, n_resamples=N, seed=0)
-    assert stratified.mean == paired.mean
-    assert stratified.n_cases == paired.n_cases == 15
-    assert stratified.low == pytest.approx(paired.low, abs=5e-3)
-    assert stratified.high == pytest.approx(paired.high, abs=5e-3)
+# -- power ---------------------------------------------------------------------------------------------------------
 
 
-def test_stratified_sites_with_constant_differences_are_degenerate():
-    per_site = {"A": ([0.6, 0.7], [0.5, 0.6]), "B": ([0.4, 0.4, 0.4], [0.4, 0.4, 0.4])}
-    result = stratified_difference(per_site, n_resamples=N)
-    assert result.method == "degenerate"
-    assert result.mean == pytest.approx(0.05, abs=1e-12) and result.low == result.high == result.mean
+def test_minimum_detectable_difference_is_the_paired_t_approximation():
+    # One site, 5 seeds, SD 0.05: df 4, t_0.975 = 2.7764, t_0.8 = 0.9410 -> 3.7174 * 0.05 / sqrt(5) = 0.0831
+    assert minimum_detectable_difference(0.05, {"A": 5}) == pytest.approx(0.0831, abs=1e-4)
+    # Four sites of 5 seeds: SE = 0.05 * sqrt(4 / 5) / 4; df 16: (2.1199 + 0.8647) * SE = 0.0334
+    assert minimum_detectable_difference(0.05, {s: 5 for s in "ABCD"}) == pytest.approx(0.0334, abs=1e-4)
+    assert minimum_detectable_difference(0.05, {"A": 1}) is None
+    needed = seeds_needed(0.05, 4)
+    assert minimum_detectable_difference(0.05, {s: needed for s in "ABCD"}) <= 0.01
+    assert minimum_detectable_difference(0.05, {s: needed - 1 for s in "ABCD"}) > 0.01
 
 
-# -- holm --------------------------------------------------------------------------------------------------------
+def test_one_site_with_five_seeds_reports_no_resolvable_difference():
+    result = compare_seeds(_runs({"A": np.linspace(0.1, 0.3, 5)[:, None] * np.ones((5, 4))}), n_resamples=500)
+    assert result.min_p == pytest.approx(2 / 32) and result.mde is None
+    assert not result.resolved()
+
+
+def test_a_large_consistent_difference_over_sites_is_resolved():
+    rng = np.random.default_rng(0)
+    diffs = {s: 0.1 + rng.normal(0, 0.01, (5, 6)) for s in "ABCD"}
+    result = compare_seeds(_runs(diffs), n_resamples=2000)
+    assert result.p.kind == "exact" and result.p.value == pytest.approx(2 / 2 ** 20)
+    assert result.low > 0 and result.resolved()
+    assert json.loads(json.dumps(result.to_dict()))["n_seeds"] == 5
+
+
+# -- Holm ----------------------------------------------------------------------------------------------------------
 
 
 def test_holm_hand_worked_example():
-    # sorted: a 0.01 * 3 = 0.03; c 0.03 * 2 = 0.06; b 0.04 * 1 = 0.04 -> raised to 0.06 (step-down monotone)
-    adjusted = holm({"a": 0.01, "b": 0.04, "c": 0.03})
-    assert list(adjusted) == ["a", "b", "c"]
-    assert adjusted == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+    # sorted 0.01, 0.03, 0.04 -> 3 * 0.01 = 0.03, max(0.03, 2 * 0.03) = 0.06, max(0.06, 1 * 0.04) = 0.06
+    adjusted = holm({"a": PValue(0.01, "exact"), "b": PValue(0.04, "exact"), "c": PValue(0.03, "exact")})
+    assert {k: v.value for k, v in adjusted.items()} == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+    assert holm({"a": PValue(0.6, "exact"), "b": PValue(0.7, "exact")})["a"].value == 1.0
 
 
-def test_holm_is_monotone_and_capped_at_one():
-    raw = {"x": 0.02, "y": 0.01, "z": 0.03, "w": 0.5}
-    adjusted = holm(raw)
-    # y 0.01*4=0.04; x 0.02*3=0.06; z 0.03*2=0.06; w 0.5*1=0.5
-    assert adjusted == pytest.approx({"y": 0.04, "x": 0.06, "z": 0.06, "w": 0.5})
-    order = sorted(raw, key=raw.get)
-    assert all(adjusted[p] <= adjusted[q] for p, q in zip(order, order[1:]))
-    assert all(adjusted[k] >= raw[k] for k in raw)
-    assert holm({"a": 0.4, "b": 0.6}) == {"a": 0.8, "b": 0.8}
-    assert holm({"a": 0.6, "b": 0.7}) == {"a": 1.0, "b": 1.0}
-    assert holm({}) == {}
-
-
-def test_holm_rejects_values_that_are_not_p_values():
-    with pytest.raises(ValueError, match="'a'.*in \\[0, 1\\]"):
-        holm({"a": 1.5})
-    with pytest.raises(ValueError, match="'b'"):
-        holm({"a": 0.1, "b": float("nan")})
-
-
-# -- Difference --------------------------------------------------------------------------------------------------
-
-
-def test_difference_format_and_json():
-    d = Difference(mean=0.0523, low=0.0114, high=0.0931, p_value=0.002, n_cases=40, confidence=0.95, method="BCa")
-    assert d.format() == "+0.052 [+0.011, +0.093]*"
-    assert d.format(digits=2) == "+0.05 [+0.01, +0.09]*"
-    assert Difference(-0.01, -0.03, 0.01, 0.4, 10, 0.95, "percentile").format() == "-0.010 [-0.030, +0.010]"
-    assert Difference(-0.05, -0.08, -0.02, 0.01, 10, 0.95, "BCa").excludes_zero
-    result = paired_difference(np.float32(METHOD), BASELINE, n_resamples=N)
-    as_dict = result.to_dict()
-    assert json.loads(json.dumps(as_dict)) == as_dict
-    assert {type(v) for v in as_dict.values()} <= {float, int, str}
-    assert as_dict["method"] == result.method and as_dict["n_cases"] == 6
-
-
-# -- bad inputs --------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("method, baseline, message", [
-    ([0.1, 0.2, 0.3], [0.1, 0.2], "different lengths \\(3 vs 2\\)"),
-    ([0.1, float("nan"), 0.3], [0.1, 0.2, 0.3], "method scores contain non-finite .* \\[1\\]"),
-    ([0.1, 0.2], [0.1, float("inf")], "baseline scores contain non-finite"),
-    ([0.1], [0.2], "at least 2 cases.*got 1"),
-    ([], [], "at least 2 cases.*got 0"),
-    ([[0.1, 0.2]], [[0.1, 0.2]], "one-dimensional"),
-    (["a", "b"], [0.1, 0.2], "must be numbers"),
-])
-def test_paired_bad_inputs_are_named(method, baseline, message):
-    with pytest.raises(ValueError, match=message):
-        paired_difference(method, baseline, n_resamples=N)
-
-
-def test_stratified_bad_inputs_are_named():
-    with pytest.raises(ValueError, match="per_site is empty"):
-        stratified_difference({}, n_resamples=N)
-    with pytest.raises(ValueError, match="site 'B'.*at least 2 cases.*got 1"):
-        stratified_difference({"A": ([0.1, 0.2], [0.1, 0.3]), "B": ([0.1], [0.2])}, n_resamples=N)
-    with pytest.raises(ValueError, match="site 'A'.*different lengths"):
-        stratified_difference({"A": ([0.1, 0.2], [0.1, 0.3, 0.4])}, n_resamples=N)
-    with pytest.raises(ValueError, match="site 'A': baseline scores contain non-finite"):
-        stratified_difference({"A": ([0.1, 0.2], [0.1, float("nan")])}, n_resamples=N)
-    with pytest.raises(ValueError, match="site 'A': expected a pair"):
-        stratified_difference({"A": ([0.1, 0.2],)}, n_resamples=N)
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    ({"confidence": 1.0}, "confidence"), ({"confidence": 0}, "confidence"),
-    ({"confidence": float("nan")}, "confidence"),
-    ({"n_resamples": 0}, "n_resamples"), ({"n_resamples": 10.5}, "n_resamples"),
-])
-def test_bad_options_are_named(kwargs, message):
-    with pytest.raises(ValueError, match=message):
-        paired_difference(METHOD, BASELINE, **kwargs)
+def test_holm_keeps_a_bound_a_bound():
+    adjusted = holm({"a": PValue(1e-4, "bound", 10_000), "b": PValue(0.2, "exact")})
+    assert adjusted["a"].kind == "bound" and adjusted["a"].value == pytest.approx(2e-4)
+    assert adjusted["a"].format() == "< 0.0002"
+    with pytest.raises(ValueError, match="'a'"):
+        holm({"a": 0.5})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
+
 import pytest
 
 from feddg.benchmark.sweep import Protocol, Run, plan, prepare_folder, run_experiment, seed_overrides
@@ -81,10 +83,12 @@ def test_the_seed_spread_lists_each_seed_of_the_cells_run_with_several():
     assert spread[("fedavg", "Domain1")] == pytest.approx({0: 0.80, 1: 0.76, 2: 0.70})  # mean of disc and cup
     from feddg.benchmark.results import comparisons, markdown
 
-    table = markdown(records, comparisons(records), ["fedavg", "elcfs"], ["Domain1", "Domain2"])
+    table = markdown(records, [comparisons(records)], ["fedavg", "elcfs"], ["Domain1", "Domain2"])
     assert "| method | held-out | seed 0 | seed 1 | seed 2 | max - min |" in table
     assert "| fedavg | Domain1 | 0.800 | 0.760 | 0.700 | 0.100 |" in table
-    assert "| fedavg | Domain1 (3 seeds) |" not in table and "0.753 (3 seeds)" in table  # the pooled cell says so
+    # a cell: mean over seeds ± seed SD (seeds); the mean column of fundus: 0.753 ± 0.050 (3)
+    assert "| fedavg | 0.753 ± 0.050 (3) | 0.800 (1) | 0.777 |" in table
+    assert "| elcfs | 0.800 (1) | not run | - |" in table
 
 
 def test_the_csv_rows_do_not_depend_on_the_order_the_sites_reported_in():
@@ -117,3 +121,222 @@ def test_the_tables_name_the_software_versions_of_the_runs():
     assert software_of_runs([of("0.1.0"), of("0.1.0")]) == "feddg-flare 0.1.0 (2 runs)"
     assert software_of_runs([of("0.1.1"), of("0.1.0"), of("0.1.1"), of(None), of("0.2.0", "failed")]) == \
         "feddg-flare 0.1.0 (1 run), 0.1.1 (2 runs), unknown (1 run)"  # failed runs have no scores to attribute
+
+
+# -- seeds, code versions, methods that would not act, the plan's cost -------------------------------------------
+
+
+def test_seeds_take_lists_and_ranges_and_bad_ones_name_the_flag():
+    from feddg.benchmark.sweep import parse_seeds
+
+    assert parse_seeds("0-4") == [0, 1, 2, 3, 4] and parse_seeds("0,2,5-6") == [0, 2, 5, 6]
+    for text, message in [("", "--seeds is empty"), ("0,0", r"seed\(s\) \[0\] given twice"),
+                          ("-1", "non-negative"), ("0-x", "'0-x' is not a seed"), ("3-1", "runs backwards")]:
+        with pytest.raises(ValueError, match=message):
+            parse_seeds(text)
+
+
+def test_a_protocol_under_which_a_method_would_not_act_is_refused_before_any_run():
+    with pytest.raises(ConfigError, match=r"ga would not act under this protocol \(fundus_ga_Domain1_seed0\)"):
+        plan(Protocol("fundus", {"train": {"rounds": 1}}), ["fedavg", "ga"], ["Domain1"], [0])
+
+
+def _scored(run, code: str, scores=(0.8, 0.6)) -> dict:
+    """A finished run's record with per-case scores, as the sweep writes it."""
+    cases = {str(i): {"disc": {"dice": s}, "cup": {"dice": s}} for i, s in enumerate(scores)}
+    test = {"disc": {"dice": {"mean": 0.7}}, "cup": {"dice": {"mean": 0.7}}, "cases": cases}
+    return {"run": run.__dict__, "run_id": run.run_id, "status": "ok", "wall_s": 10.0, "code": code,
+            "report": {"models": {"final": {"sites": {run.held_out: {"splits": {"test": test}}}}}}}
+
+
+def _fake_execute(sweep_module, code: str, scores=(0.8, 0.6), ran=None):
+    import json
+
+    def execute(run, protocol, out, timeout, report):
+        if ran is not None:
+            ran.append((run.run_id, out.name))
+        record = _scored(run, code, scores)
+        (out / "runs" / run.run_id).mkdir(parents=True, exist_ok=True)
+        (out / "runs" / run.run_id / sweep_module.RUN_FILE).write_text(json.dumps(record))
+        return record
+
+    return execute
+
+
+def test_runs_of_other_code_are_refused_and_a_reproduce_check_with_identical_scores_admits_the_new_code(
+        tmp_path, monkeypatch):
+    import json
+
+    from feddg.benchmark import sweep as sweep_module
+    from feddg.report import code_fingerprint
+
+    protocol = Protocol("fundus")
+    monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, "old-code"))
+    sweep_module.sweep(tmp_path, protocol, ["fedavg"], ["Domain1"], [0], report=lambda _: None)
+
+    ran: list = []
+    monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, code_fingerprint(), ran=ran))
+    with pytest.raises(ConfigError, match="made by code old-code.*--reproduce-check"):
+        sweep_module.sweep(tmp_path, protocol, ["fedavg"], ["Domain1"], [0, 1], report=lambda _: None)
+    assert ran == []  # refused before any run
+
+    sweep_module.sweep(tmp_path, protocol, ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
+                       report=lambda _: None)
+    # the first finished cell was re-run in a scratch folder, then the new seed ran in the folder
+    assert ran == [("fundus_fedavg_Domain1_seed0", sweep_module.REPRODUCE_DIR),
+                   ("fundus_fedavg_Domain1_seed1", tmp_path.name)]
+    assert not (tmp_path / sweep_module.REPRODUCE_DIR).exists()
+    evidence = json.loads((tmp_path / "sweep.json").read_text())["code_evidence"]
+    assert evidence[0]["run_id"] == "fundus_fedavg_Domain1_seed0" and evidence[0]["identical"]
+    assert evidence[0]["from_code"] == "old-code" and evidence[0]["to_code"] == code_fingerprint()
+    assert evidence[0]["per_case_scores_compared"] == 2
+
+
+def test_a_reproduce_check_with_other_scores_is_refused_naming_the_case(tmp_path, monkeypatch):
+    from feddg.benchmark import sweep as sweep_module
+    from feddg.report import code_fingerprint
+
+    monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, "old-code"))
+    sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
+    monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, code_fingerprint(), (0.8, 0.61)))
+    with pytest.raises(ConfigError, match=r"other per-case scores .*/final/Domain1/test/1/cup/dice: 0.6 then 0.61"):
+        sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
+                           report=lambda _: None)
+
+
+def test_the_plan_prints_its_machine_time_and_a_dry_run_runs_nothing(tmp_path, monkeypatch):
+    from feddg.benchmark import sweep as sweep_module
+
+    ran, lines = [], []
+    monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, "c", ran=ran))
+    monkeypatch.setattr(sweep_module, "PILOT_SECONDS_PER_ROUND", {"fundus": 2.0})
+    sweep_module.sweep(tmp_path / "new", Protocol("fundus", {"train": {"rounds": 30}}), ["fedavg", "uniform"],
+                       ["Domain1", "Domain2"], [0, 1, 2], dry_run=True, report=lines.append)
+    assert ran == [] and not (tmp_path / "new").exists()
+    # 12 runs x 30 rounds x 2 s = 720 s = 0.2 h
+    assert lines == ["12 runs, 0 done before, 12 to run: about 0.2 machine-hours at 60 s per run (the pilot's "
+                     "2.0 s per round on a 2-core CPU x 30 rounds)"]
+
+
+# -- the tables with seeds as the unit -----------------------------------------------------------------------------
+
+
+def _prostate_record(method: str, site: str, seed: int, scores) -> dict:
+    from feddg.jobs import TASK_DEFAULTS
+
+    cases = {str(i): {"prostate": {"dice": float(s)}} for i, s in enumerate(scores)}
+    test = {"prostate": {"dice": {"mean": float(np.mean(scores)), "std": float(np.std(scores))},
+                         "hd95": {"mean": 3.0, "std": 0.0}, "asd": {"mean": 1.0, "std": 0.0},
+                         "n_cases": len(scores)}, "cases": cases}
+    return {"status": "ok", "run_id": f"prostate_{method}_{site}_seed{seed}", "wall_s": 60.0,
+            "run": {"task": "prostate", "method": method, "held_out": site, "seed": seed},
+            "config": copy.deepcopy(TASK_DEFAULTS["prostate"]),
+            "report": {"models": {"final": {"sites": {site: {"splits": {"test": test}}}}}}}
+
+
+def _design(shift: dict[str, float], seeds=(0, 1, 2), sites=("BMC", "HK")) -> list[dict]:
+    """fedavg, uniform and the methods of ``shift`` (method -> its effect on every case) at every site and seed;
+    each seed moves every method of that seed alike (retraining), the cases differ."""
+    records = []
+    for site in sites:
+        for seed in seeds:
+            base = 0.5 + 0.05 * np.sin(seed + len(site)) + np.array([0.0, 0.1, -0.1, 0.05])
+            for method, effect in {"fedavg": 0.0, "uniform": 0.001, **shift}.items():
+                wobble = 0.004 * np.cos(3 * seed + len(method))
+                records.append(_prostate_record(method, site, seed, base + effect + wobble))
+    return records
+
+
+def test_each_baseline_gets_its_difference_table_and_the_verdicts_follow_the_results():
+    from feddg.benchmark.results import comparisons, markdown
+
+    def tables(effect: float, seeds=(0, 1, 2, 3, 4)) -> str:
+        records = _design({"ga": effect}, seeds)
+        stats = [comparisons(records, b, ["BMC", "HK"], n_resamples=500) for b in ("fedavg", "uniform")]
+        return markdown(records, stats, ["fedavg", "uniform", "ga"], ["BMC", "HK"])
+
+    big, none, few = tables(0.2), tables(0.0), tables(0.2, (0, 1, 2))
+    assert "### Dice difference to fedavg" in big and "### Dice difference to uniform" in big
+    # 2 sites x 5 seeds: 10 paired differences, smallest exact p 2/1024, Holm over the 2 methods: resolved
+    assert "**ga** vs fedavg: +0.19" in big and "ahead of fedavg on the average" in big
+    assert "**ga** vs fedavg: " in none and "not resolved at 5 seeds per site" in none
+    assert "ahead of" not in none.split("**ga** vs fedavg")[1].split("\n")[0]
+    # 2 sites x 3 seeds: the smallest p is 2/64 = 0.031, over 0.05 / 2: no difference can be resolved, however large
+    assert "not resolved at 3 seeds per site; no difference can be resolved with 3 seeds per site" in few
+    # a per-site cell: interval, seed count, SD of the paired differences
+    row = next(line for line in big.splitlines() if line.startswith("| ga | +0.19"))
+    assert "5 seeds, SD" in row and "[" in row
+
+
+def test_a_cell_with_fewer_than_three_seeds_shows_its_seed_differences_and_no_interval():
+    from feddg.benchmark.results import comparisons, markdown, verdict
+
+    records = _design({"ga": 0.05}, seeds=(0, 1))
+    stats = comparisons(records, "fedavg", ["BMC", "HK"], n_resamples=500)
+    text = markdown(records, [stats], ["fedavg", "uniform", "ga"], ["BMC", "HK"])
+    row = next(line for line in text.splitlines() if line.startswith("| ga | +0.0"))
+    assert "+0.050 (2 seeds: +0.044, +0.055)" in row and "(2 seeds per site)" in row and "[" not in row
+    assert "not resolved, fewer than 3 paired seeds" in verdict("ga", stats["methods"]["ga"], "fedavg", 2)
+    assert "holm_p" not in stats["methods"]["ga"]
+
+
+def test_a_method_run_at_some_held_out_sites_only_has_no_average():
+    from feddg.benchmark.results import comparisons, verdict
+
+    records = [r for r in _design({"ga": 0.05}) if not (r["run"]["method"] == "ga" and r["run"]["held_out"] == "HK")]
+    stats = comparisons(records, "fedavg", ["BMC", "HK"], n_resamples=500)
+    assert "average" not in stats["methods"]["ga"]
+    assert verdict("ga", stats["methods"]["ga"], "fedavg", 2) == \
+        "**ga** vs fedavg: compared at 1 of 2 held-out sites only; no average."
+
+
+def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
+    import json
+
+    from feddg.benchmark.results import write_results
+
+    for record in _design({"ga": 0.1}):
+        record["code"] = "abc123"
+        folder = tmp_path / "runs" / record["run_id"]
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text(json.dumps(record))
+    (tmp_path / "sweep.json").write_text(json.dumps({"task": "prostate", "overrides": {}, "simulator_args": []}))
+    write_results(tmp_path, ["fedavg", "uniform", "ga"], ["BMC", "HK"], n_resamples=200)
+    text = (tmp_path / "results.md").read_text()
+    # 18 runs of 60 s: 0.3 machine-hours, 60 runs per hour
+    assert "code abc123 (18 runs)); 0.3 machine-hours, 60.0 runs per hour" in text
+    assert "cannot be compared with the papers' numbers" in text
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["machine_time"]["runs"] == 18 and set(saved["comparisons"]) == {"fedavg", "uniform"}
+    assert saved["comparisons"]["fedavg"]["ga"]["verdict"].startswith("**ga** vs fedavg")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", ""], "--seeds is empty"),
+    (["--seeds", "0,1,1"], r"--seeds '0,1,1': seed\(s\) \[1\] given twice"),
+    (["--seeds", "-2"], "--seeds '-2'.*non-negative"),
+    (["--held-out", "Domain9"], r"--held-out \['Domain9'\]: not among the task's sites"),
+    (["--methods", "fedavg,fedsr"], r"--methods \['fedsr'\]: unknown method"),
+    (["--methods", ""], r"--methods \[''\]: unknown method"),
+    (["--resamples", "0"], "--resamples 0"),
+    (["--set", "train.rounds=1", "--methods", "ga"], "ga would not act under this protocol"),
+])
+def test_bad_sweep_options_are_refused_in_one_line_before_anything_runs(tmp_path, capsys, args, message):
+    from feddg.cli import main
+
+    out = tmp_path / "out"
+    assert main(["benchmark", "--task", "fundus", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and __import__("re").search(message, err), err
+    assert not out.exists()
+
+
+def test_a_dry_run_prints_the_plan_of_the_default_protocol_and_writes_nothing(tmp_path, capsys):
+    from feddg.benchmark.sweep import PILOT_SECONDS_PER_ROUND, SWEEP_ROUNDS
+    from feddg.cli import main
+
+    out = tmp_path / "out"
+    assert main(["benchmark", "--task", "fundus", "--methods", "fedavg,uniform", "--out", str(out), "--dry-run"]) == 0
+    hours = 2 * 4 * 5 * SWEEP_ROUNDS["fundus"] * PILOT_SECONDS_PER_ROUND["fundus"] / 3600
+    assert f"40 runs, 0 done before, 40 to run: about {hours:.1f} machine-hours" in capsys.readouterr().out
+    assert not out.exists()

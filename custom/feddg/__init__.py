@@ -1,3 +1,3 @@
 """FedDG on NVIDIA FLARE: federated domain generalization for medical image segmentation."""
 
-__version__ = "0.1.1"
+__version__ = "0.2.0"

@@ -44,7 +44,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     from feddg.jobs import TASK_DEFAULTS
 
     # Unset sizes default to what the task's jobs generate, so `feddg synth` writes the same data set.
-    given = {k: getattr(args, k) for k in ("seed", "cases_per_site", "slices_per_case", "size")}
+    given = {k: getattr(args, k) for k in ("seed", "cases_per_site", "slices_per_case", "size", "shift")}
     cfg = SyntheticConfig(**{**TASK_DEFAULTS[args.task]["data"]["synthetic"],
                              **{k: v for k, v in given.items() if v is not None}})
     out = generate(args.task, Path(args.out), cfg, args.sites or None)
@@ -226,32 +226,42 @@ def configure_simulated_sites(job: Path, local_dir: Path) -> tuple[Path, dict] |
 def _cmd_benchmark(args: argparse.Namespace, rest: list[str]) -> int:
     """The leave-one-site-out sweep (:mod:`feddg.benchmark.sweep`), then its tables, plots and statistics."""
     from feddg.benchmark.results import write_results
-    from feddg.benchmark.sweep import Protocol, sweep
+    from feddg.benchmark.sweep import Protocol, default_overrides, parse_seeds, sweep
     from feddg.config import parse_overrides
     from feddg.flare.registry import merge, methods
     from feddg.jobs import TASK_DEFAULTS
 
+    seeds = parse_seeds(args.seeds)  # every option checked before anything is planned or run
+    if args.resamples < 1:
+        raise ValueError(f"--resamples {args.resamples}: give a positive number of resamples")
     assignments = list(args.overrides or [])
     if args.data_root:
         assignments.append(f"data.root={args.data_root}")
     if args.layout:
         assignments.append(f"data.layout={args.layout}")
-    overrides = parse_overrides(assignments)
+    overrides = merge(default_overrides(args.task, synthetic=not args.data_root), parse_overrides(assignments))
     protocol = Protocol(args.task, overrides, [a for a in rest if a != "--"])
-    chosen = args.methods.split(",") if args.methods else [m for m, spec in methods().items()
+    chosen = args.methods.split(",") if args.methods is not None else [m for m, spec in methods().items()
                                                             if spec.supports(args.task)]
+    unknown = [m for m in chosen if m not in methods()]
+    if unknown:
+        raise ValueError(f"--methods {unknown}: unknown method(s); the methods are {list(methods())}")
+    unsupported = [m for m in chosen if not methods()[m].supports(args.task)]
+    if unsupported:
+        raise ValueError(f"--methods {unsupported}: no {args.task} job for these methods")
     sites = merge(TASK_DEFAULTS[args.task]["data"], overrides.get("data", {}))["sites"]
     held_out = sites if args.held_out in (None, "all") else args.held_out.split(",")
     unknown = sorted(set(held_out) - set(sites))
     if unknown:
         raise ValueError(f"--held-out {unknown}: not among the task's sites {sites}")
-    seeds = [int(s) for s in args.seeds.split(",")]
 
     def tables() -> dict:
         return write_results(Path(args.out), list(methods()), sites, args.resamples)
 
     records = sweep(Path(args.out), protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed,
-                    after_run=tables)
+                    reproduce_check=args.reproduce_check, dry_run=args.dry_run, after_run=tables)
+    if args.dry_run:
+        return 0
     paths = tables()
     print((Path(args.out) / "results.md").read_text())
     print("wrote " + ", ".join(str(p) for p in (paths["csv"], paths["markdown"], paths["json"], *paths["plots"])))
@@ -282,6 +292,9 @@ def _cmd_segment(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from typing import get_args
+
+    from feddg.config import SyntheticConfig
     from feddg.flare.egress_filter import all_site_limits
 
     parser = argparse.ArgumentParser(prog="feddg", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -303,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cases-per-site", type=int, help="default: as the task's jobs")
     p.add_argument("--slices-per-case", type=int, help="default: as the task's jobs (prostate)")
     p.add_argument("--size", type=int, help="in-plane size in px; default: as the task's jobs")
+    p.add_argument("--shift", choices=list(get_args(SyntheticConfig.model_fields["shift"].annotation)),
+                   help="how the sites differ: style_and_content (acquisition style plus each site's anatomy and "
+                        "labelling convention) or style_only (style alone, the same anatomy and labelling everywhere);"
+                        " default: as the task's jobs (style_and_content)")
     p.set_defaults(func=_cmd_synth)
 
     p = sub.add_parser("evaluate", help="score a saved global model and/or an MLA bundle on a data folder")
@@ -340,14 +357,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="results folder (created; an existing one is resumed)")
     p.add_argument("--methods", help="comma-separated methods (default: every method of the task)")
     p.add_argument("--held-out", help="comma-separated held-out sites, or all (default)")
-    p.add_argument("--seeds", default="0", help="comma-separated training seeds (default: 0)")
+    p.add_argument("--seeds", default="0-4", help="training seeds, e.g. 0,1,2 or 0-4 (default: 0-4); seeds are the "
+                                                  "unit of the comparisons, so use 3 or more")
     p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
-                   help="a feddg.yaml setting of every run (repeatable), e.g. --set train.rounds=3")
+                   help="a feddg.yaml setting of every run (repeatable), on top of the sweep's protocol for the "
+                        "task (many rounds of one local epoch, chosen by the rounds pilot)")
     p.add_argument("--data-root", help="real data: a folder with one sub-folder per site")
     p.add_argument("--layout", choices=["saml_nifti", "slice_png", "dofe_png"], help="with --data-root")
     p.add_argument("--run-timeout", type=float, default=3600, help="seconds a run may take (default: 3600)")
     p.add_argument("--retry-failed", action="store_true", help="run failed or timed-out runs again")
     p.add_argument("--resamples", type=int, default=9999, help="bootstrap resamples (default: 9999)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated machine time; run nothing")
+    p.add_argument("--reproduce-check", action="store_true",
+                   help="when the folder's runs were made by other code: re-run one of its cells with this code "
+                        "first and add runs only if every per-case score is identical")
     p.set_defaults(func=_cmd_benchmark, passthrough=True)
 
     p = sub.add_parser("make-jobs", help="regenerate the job folders from the template")

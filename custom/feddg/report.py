@@ -5,11 +5,13 @@ Pure functions over dictionaries; the server workflow and the standalone evaluat
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import platform
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 
@@ -21,6 +23,18 @@ def software_versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             versions[dist] = "not installed"
     return versions
+
+
+def code_fingerprint() -> str:
+    """SHA-256 over the package's Python sources (relative path and bytes of every ``feddg/**/*.py``, sorted): two
+    runs with the same fingerprint ran the same code, whatever the version string says (a result set holds one)."""
+    root = Path(__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def machine_info() -> dict[str, Any]:

@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 from feddg.cli import main
+from feddg.report import code_fingerprint
 
 pytestmark = pytest.mark.slow
 
-TINY = ["--set", "train.rounds=1", "--set", "train.local_epochs=1", "--set", "data.image_size=32",
+TINY = ["--set", "train.rounds=2", "--set", "train.local_epochs=1", "--set", "data.image_size=32",
         "--set", "data.synthetic.cases_per_site=4", "--set", "data.synthetic.held_out_cases=6",
         "--set", "data.synthetic.size=32", "--set", "model.features=[8,8,16,32,64,8]", "--set", "eval.batch_size=8"]
-SWEEP = ["benchmark", "--task", "fundus", "--methods", "fedavg,ga", "--held-out", "Domain1,Domain2", "--seeds", "0",
+SWEEP = ["benchmark", "--task", "fundus", "--methods", "fedavg,ga", "--held-out", "Domain1,Domain2", "--seeds", "0-2",
          "--resamples", "500", "--run-timeout", "600", *TINY]
 
 
@@ -30,8 +31,8 @@ def test_sweep_outputs_resume_failure_and_protocol(tmp_path, monkeypatch):
     assert main([*SWEEP, "--out", str(out)]) == 0
 
     runs = sorted(p.name for p in (out / "runs").iterdir())
-    assert runs == ["fundus_fedavg_Domain1_seed0", "fundus_fedavg_Domain2_seed0", "fundus_ga_Domain1_seed0",
-                    "fundus_ga_Domain2_seed0"]
+    assert runs == [f"fundus_{m}_{s}_seed{k}" for m in ("fedavg", "ga") for s in ("Domain1", "Domain2")
+                    for k in range(3)]
     rows = list(csv.DictReader(open(out / "results.csv")))
     held = [r for r in rows if r["site"] == r["held_out"] and r["split"] == "test" and r["model"] == "final"]
     assert {(r["method"], r["held_out"], r["structure"], r["metric"]) for r in held} == {
@@ -43,18 +44,24 @@ def test_sweep_outputs_resume_failure_and_protocol(tmp_path, monkeypatch):
     for view in ("Dice, disc", "Dice, cup", "Dice, mean", "HD95 (px), mean", "ASD (px), cup", "difference to fedavg"):
         assert view in table
     ga_row = next(line for line in table.splitlines() if line.startswith("| ga |") and "[" in line)
-    assert ga_row.count("[") == 3  # Domain1, Domain2 and the average have intervals
+    assert ga_row.count("[") == 3 and ga_row.count("3 seeds") == 3  # Domain1, Domain2 and the average: intervals
+    assert "**ga** vs fedavg:" in table
     for name in ("validation_dice.png", "ga_weights.png", "held_out_dice.png"):
         assert (out / "plots" / name).stat().st_size > 1000
     results = json.loads((out / "results.json").read_text())
     assert results["machine"]["cores"] >= 1 and results["versions"]["nvflare"] == "2.9.0"
-    average = results["comparisons"]["methods"]["ga"]["average"]
+    average = results["comparisons"]["fedavg"]["ga"]["average"]
     assert math.isfinite(average["mean"]) and average["low"] <= average["mean"] <= average["high"]
+    assert average["n_seeds"] == 3 and average["p"]["kind"] == "exact"
     entry = next(r for r in results["runs"] if r["run_id"] == "fundus_ga_Domain2_seed0")
     assert "report" not in entry, "results.json names each run's run.json instead of copying its report"
     record = json.loads((out / entry["record"]).read_text())
     assert entry["record"] == "runs/fundus_ga_Domain2_seed0/run.json"
     assert record["config"]["data"]["unseen_site"] == "Domain2" and record["config"]["train"]["seed"] == 0
+    assert record["code"] == code_fingerprint()
+    history = record["report"]["history"]
+    assert history[1]["aggregation"]["ga_step"] > 0 and set(history[1]["aggregation"]["ga_gaps"]) == {
+        "Domain1", "Domain3", "Domain4"}, "GA's gaps and weights of every round reach run.json"
     cases = record["report"]["models"]["final"]["sites"]["Domain2"]["splits"]["test"]["cases"]
     assert list(cases) == [str(i) for i in range(6)] and "png" not in json.dumps(cases)
     assert not (out / "runs" / "fundus_ga_Domain2_seed0" / "ws").exists(), "no model files are kept"
@@ -67,7 +74,7 @@ def test_sweep_outputs_resume_failure_and_protocol(tmp_path, monkeypatch):
     assert (out / "results.csv").read_text() == before
 
     # A command for part of the folder (one method, one site) runs nothing and keeps every run in the tables.
-    part = ["benchmark", "--task", "fundus", "--methods", "fedavg", "--held-out", "Domain2", "--seeds", "0",
+    part = ["benchmark", "--task", "fundus", "--methods", "fedavg", "--held-out", "Domain2", "--seeds", "0-1",
             "--resamples", "500", "--run-timeout", "600", *TINY, "--out", str(out)]
     assert main(part) == 0
     assert (out / "results.csv").read_text() == before
@@ -80,7 +87,7 @@ def test_sweep_outputs_resume_failure_and_protocol(tmp_path, monkeypatch):
     # A failing run (a data root without the sites) is recorded as failed, and the sweep goes on to the next.
     broken = tmp_path / "broken"
     (broken / "Domain1").mkdir(parents=True)
-    code = main(["benchmark", "--task", "fundus", "--methods", "fedavg", "--held-out", "Domain1,Domain2",
+    code = main(["benchmark", "--task", "fundus", "--methods", "fedavg", "--held-out", "Domain1,Domain2", "--seeds", "0",
                  "--resamples", "200", "--run-timeout", "300", *TINY, "--data-root", str(broken),
                  "--out", str(tmp_path / "failing")])
     assert code == 1
@@ -88,6 +95,18 @@ def test_sweep_outputs_resume_failure_and_protocol(tmp_path, monkeypatch):
         record = json.loads((tmp_path / "failing" / "runs" / f"fundus_fedavg_{site}_seed0" / "run.json").read_text())
         assert record["status"] == "failed" and Path(record["log"]).exists()
     assert "failed" in (tmp_path / "failing" / "results.md").read_text()
+
+
+def test_gradient_alignments_corrections_reach_run_json(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDDG_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "results"
+    assert main(["benchmark", "--task", "fundus", "--methods", "gradalign", "--held-out", "Domain1", "--seeds", "0",
+                 "--resamples", "200", "--run-timeout", "600", *TINY, "--out", str(out)]) == 0
+    record = json.loads((out / "runs" / "fundus_gradalign_Domain1_seed0" / "run.json").read_text())
+    for entry in record["report"]["history"]:
+        corrections = entry["aggregation"]["gradalign_corrections"]
+        assert isinstance(corrections, int) and 0 <= corrections <= 3 * 2  # 3 sites, each visits the 2 others
+        assert set(entry["aggregation"]["gradalign_corrected_sites"]) <= {"Domain2", "Domain3", "Domain4"}
 
 
 def test_an_unknown_override_is_refused_by_name(tmp_path, capsys):

@@ -8,8 +8,9 @@ The README holds, for each quoted folder, a block between two markers::
     ...
     <!-- /results -->
 
-and this rewrites the block with the folder's Dice sections (the Dice tables, the seed spread and the differences
-to FedAvg with their intervals; HD95 and ASD stay in ``results.md``). ``--check`` rewrites nothing and exits 1
+and this rewrites the block with the folder's Dice sections (the Dice tables, each seed's values, the differences to
+the baselines with their intervals and the generated sentences on what the evidence supports; HD95 and ASD stay in
+``results.md``), under the protocol line and the note on how to read them. ``--check`` rewrites nothing and exits 1
 when a block differs from what its folder gives (the test suite runs it on the committed README).
 """
 
@@ -22,16 +23,17 @@ from pathlib import Path
 
 OPEN = "<!-- results: {folder} -->"
 CLOSE = "<!-- /results -->"
-QUOTED = ("Dice", "Seed spread")  # the sections of results.md the README quotes, by the start of their title
+QUOTED = ("Dice", "Seed values", "What the evidence")  # the sections of results.md the README quotes, by the start
+# of their title
 
 
 def dice_sections(results_md: str) -> str:
     """The sections of a ``results.md`` whose ``###`` title starts with one of ``QUOTED``, in their order, with
-    the protocol line of its header."""
+    the protocol line and the how-to-read line of its header."""
     header, *sections = re.split(r"^(?=### )", results_md, flags=re.MULTILINE)
-    protocol = next((line for line in header.splitlines() if line.startswith("Protocol")), "")
+    kept_header = [line for line in header.splitlines() if line.startswith(("Protocol", "How to read"))]
     kept = [s.rstrip() for s in sections if s[4:].startswith(QUOTED)]
-    return "\n\n".join([protocol, *kept]).strip()
+    return "\n\n".join([*kept_header, *kept]).strip()
 
 
 def quote(readme: str, root: Path, folder: str) -> str:

@@ -1,11 +1,12 @@
-"""The sweep's outputs from its runs' records: a tidy CSV, the papers' tables with paired intervals against FedAvg,
-plots, and one JSON with every number.
+"""The sweep's outputs from its runs' records: a tidy CSV, the papers' tables with seed-level differences to the
+baselines, plots, and one JSON with every number.
 
 Scores are the held-out site's test split of each run's reported model (``report["reported_model"]``: the final
 global model, the papers' choice, or the model a method reports instead, MLA-BIN's attention-combined one); the CSV
-also has the best model. Several seeds of one method and held-out site are averaged (cells) or pooled per case
-(statistics: each case's score is averaged over the seeds before the paired bootstrap, the case being the unit).
-A fundus case's Dice for the statistics is the mean of its disc and cup Dice, the papers' "mean" column.
+also has the best model. A table cell is the mean over the cell's training seeds with their SD and count. The
+comparisons treat the seed as the unit (:mod:`feddg.benchmark.stats`): seed k of a method is paired with seed k of
+the baseline, never averaged with other seeds before a comparison. A fundus case's Dice for the statistics is the
+mean of its disc and cup Dice, the papers' "mean" column.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ from typing import Any
 
 import numpy as np
 
-from feddg.benchmark.stats import Difference, holm, mean_interval, paired_difference, stratified_difference
+from feddg.benchmark.stats import ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, compare_seeds, holm
 from feddg.benchmark.sweep import RUN_FILE, SWEEP_FILE
 from feddg.flare.payloads import CASES
 from feddg.jsonfile import read_json, write_json
 
 BASELINE = "fedavg"
+# The baselines every method is compared with, where the folder ran them: FedAvg, and its equal-weight control
+# (the GA paper's step-0 control; gradient alignment also averages its corrected updates with equal weights).
+BASELINES = (BASELINE, "uniform")
 METRICS = ("dice", "hd95", "asd")
 CSV_FIELDS = ["task", "method", "held_out", "seed", "status", "model", "site", "role", "split", "structure",
               "metric", "mean", "std", "n_cases"]
@@ -104,11 +108,11 @@ def write_csv(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 
 
 def cells(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """(method, held-out site) -> {"values": {(structure or "mean", metric): mean over seeds}, "seeds": [...],
-    "failed": [seeds]}."""
+    """(method, held-out site) -> {"values": {(structure or "mean", metric): [one value per seed]},
+    "seeds": [...], "failed": [seeds]}: each finished seed's held-out summary, in seed order."""
     out: dict[tuple[str, str], dict[str, Any]] = defaultdict(lambda: {"values": defaultdict(list), "seeds": [],
                                                                       "failed": []})
-    for r in records:
+    for r in sorted(records, key=lambda r: int(r["run"]["seed"])):
         key = (r["run"]["method"], r["run"]["held_out"])
         summary = held_out_summary(r)
         if summary is None:
@@ -122,58 +126,98 @@ def cells(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
                 out[key]["values"][(n, metric)].append(v)
             if len(names) > 1:
                 out[key]["values"][("mean", metric)].append(float(np.mean(per_structure)))
-    return {k: {**v, "values": {m: float(np.mean(x)) for m, x in v["values"].items()}} for k, v in out.items()}
+    return {k: {**v, "values": dict(v["values"])} for k, v in out.items()}
 
 
-def seed_spread(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[int, float]]:
-    """(method, held-out site) -> {seed: held-out Dice (mean over the structures)}, for the cells run with two
-    seeds or more: what retraining alone changes, beside the case-level intervals of one trained model."""
+def seed_dice(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[int, float]]:
+    """(method, held-out site) -> {seed: held-out Dice (mean over the structures)} of every finished run."""
     dice: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
     for r in records:
         summary = held_out_summary(r)
         if summary is not None:
             dice[(r["run"]["method"], r["run"]["held_out"])][int(r["run"]["seed"])] = float(
                 np.mean([summary[n]["dice"]["mean"] for n in label_names(r)]))
-    return {k: dict(sorted(v.items())) for k, v in sorted(dice.items()) if len(v) > 1}
+    return {k: dict(sorted(v.items())) for k, v in sorted(dice.items())}
+
+
+def seed_spread(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[int, float]]:
+    """:func:`seed_dice` of the cells run with two seeds or more: what retraining alone changes."""
+    return {k: v for k, v in seed_dice(records).items() if len(v) > 1}
 
 
 # ------------------------------------------------------------------------------------------------ statistics
 
 
-def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, n_resamples: int = 9999
-                ) -> dict[str, Any]:
-    """Each method against ``baseline``: the paired per-case Dice difference on every held-out site (seeds pooled)
-    and over the held-out sites (stratified by site), with Holm-adjusted p-values for the average column. Sites
-    without per-case scores for both (a site's policy can refuse them) are listed, not compared."""
-    pooled: dict[tuple[str, str], list[np.ndarray]] = defaultdict(list)
+def case_scores(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[int, np.ndarray]]:
+    """(method, held-out site) -> seed -> that run's per-case held-out Dice (runs without per-case scores, which a
+    site's policy can refuse, are left out)."""
+    out: dict[tuple[str, str], dict[int, np.ndarray]] = defaultdict(dict)
     for r in records:
         scores = case_dice(r)
         if scores is not None:
-            pooled[(r["run"]["method"], r["run"]["held_out"])].append(scores)
-    mean_over_seeds = {k: np.mean(np.stack(v), axis=0) for k, v in pooled.items()
-                       if len({len(x) for x in v}) == 1}
-    methods = sorted({m for m, _ in mean_over_seeds} - {baseline})
-    out: dict[str, Any] = {"baseline": baseline, "methods": {}}
+            out[(r["run"]["method"], r["run"]["held_out"])][int(r["run"]["seed"])] = scores
+    return dict(out)
+
+
+def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, held_out: Sequence[str] | None = None,
+                n_resamples: int = 9999) -> dict[str, Any]:
+    """Each method against ``baseline`` with seeds as the unit (:func:`feddg.benchmark.stats.compare_seeds`): at
+    every held-out site over the seeds both have run, and over all the ``held_out`` sites (default: every site of
+    the records) when each of them has paired seeds; Holm-adjusted p-values across the methods' averages."""
+    scores = case_scores(records)
+    sites = list(held_out) if held_out is not None else sorted({s for _, s in scores})
+    methods = sorted({m for m, _ in scores} - {baseline})
+    out: dict[str, Any] = {"baseline": baseline, "sites": sites, "methods": {}}
+    paired_by_method = {}
     for method in methods:
-        per_site, skipped = {}, []
-        for (m, site), scores in mean_over_seeds.items():
-            if m != method:
-                continue
-            base = mean_over_seeds.get((baseline, site))
-            if base is None or len(base) != len(scores) or len(scores) < 2:
-                skipped.append(site)
-                continue
-            per_site[site] = (scores, base)
-        entry: dict[str, Any] = {"sites": {}, "without_case_scores": sorted(skipped)}
-        for site, (a, b) in sorted(per_site.items()):
-            entry["sites"][site] = paired_difference(a, b, n_resamples=n_resamples)
-        if per_site:
-            entry["average"] = stratified_difference(per_site, n_resamples=n_resamples)
+        paired: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
+        for site in sites:
+            mine, base = scores.get((method, site), {}), scores.get((baseline, site), {})
+            both = {k: (mine[k], base[k]) for k in sorted(set(mine) & set(base))}
+            if both:
+                paired[site] = both
+        if paired:
+            paired_by_method[method] = paired
+    # The averages are one family, Holm-adjusted: their power is stated at the level of Holm's strictest step,
+    # alpha / m, so that "resolvable" means resolvable after the correction.
+    family = sum(len(p) == len(sites) for p in paired_by_method.values())
+    for method, paired in paired_by_method.items():
+        entry: dict[str, Any] = {"sites": {s: compare_seeds({s: p}, n_resamples=n_resamples)
+                                           for s, p in paired.items()}}
+        if len(paired) == len(sites):
+            entry["average"] = compare_seeds(paired, n_resamples=n_resamples, alpha=ALPHA / family)
         out["methods"][method] = entry
-    adjusted = holm({m: e["average"].p_value for m, e in out["methods"].items() if "average" in e})
+    out["family"] = family
+    adjusted = holm({m: e["average"].p for m, e in out["methods"].items() if "average" in e
+                     and e["average"].p is not None})
     for m, p in adjusted.items():
         out["methods"][m]["holm_p"] = p
     return out
+
+
+def verdict(method: str, entry: dict[str, Any], baseline: str, n_sites: int, family: int = 1) -> str:
+    """One sentence on what the evidence supports for ``method`` against ``baseline`` on the average column,
+    generated from the comparison (the README quotes these; no interpretation is typed)."""
+    if "average" not in entry:
+        return (f"**{method}** vs {baseline}: compared at {len(entry['sites'])} of {n_sites} held-out sites only; "
+                f"no average.")
+    average: SeedDifference = entry["average"]
+    p = entry.get("holm_p")
+    if not average.has_interval:
+        return (f"**{method}** vs {baseline}: {average.format()}: not resolved, fewer than {MIN_SEEDS} paired seeds "
+                f"at some site.")
+    head = f"**{method}** vs {baseline}: {average.format()}, Holm p {p.format()}"
+    if average.resolved(p):
+        side = "ahead of" if average.mean > 0 else "behind"
+        return f"{head}: {side} {baseline} on the average of the held-out sites."
+    if average.mde is None:
+        reach = (f"no difference can be resolved with {average.n_seeds} seeds per site (the smallest p the test "
+                 f"can give, {average.min_p:.2g}, times Holm's {family} comparisons exceeds {ALPHA})")
+    else:
+        reach = f"these seeds resolve differences of about {average.mde:.3f} or more (80% power, after Holm)"
+    need = ("" if average.seeds_for_target is None else
+            f"; {DIFFERENCE_THAT_MATTERS} would take about {average.seeds_for_target} seeds per site")
+    return f"{head}: not resolved at {average.n_seeds} seeds per site; {reach}{need}."
 
 
 # ------------------------------------------------------------------------------------------------ tables
@@ -190,56 +234,68 @@ def _fmt(value: float | None, metric: str) -> str:
     return f"{value:.3f}" if metric == "dice" else f"{value:.2f}"
 
 
-def markdown(records: Sequence[dict[str, Any]], stats: dict[str, Any], methods: Sequence[str],
+def _cell(values: Sequence[float], metric: str) -> str:
+    """Mean over seeds, its seed SD and the seed count: ``0.589 ± 0.049 (5)``; one seed: ``0.589 (1)``."""
+    if len(values) < 2:
+        return f"{_fmt(values[0], metric)} (1)"
+    return f"{_fmt(float(np.mean(values)), metric)} ± {_fmt(float(np.std(values, ddof=1)), metric)} ({len(values)})"
+
+
+def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]], methods: Sequence[str],
              held_out: Sequence[str]) -> str:
     """The papers' layout: rows methods, columns each held-out site and the average; one table per metric and
-    structure (fundus: disc, cup, their mean), then the differences to the baseline with their intervals."""
+    structure (fundus: disc, cup, their mean), each cell the mean over seeds ± the seed SD (seed count); then each
+    seed's held-out Dice, the differences to each baseline in ``stats`` and what the evidence supports."""
     table = cells(records)
     unit = "mm" if any(r.get("config", {}).get("data", {}).get("layout") == "saml_nifti" for r in records) else "px"
     lines = []
     for metric in METRICS:
         for view in _views(records):
             title = {"dice": "Dice", "hd95": f"HD95 ({unit})", "asd": f"ASD ({unit})"}[metric]
-            lines += [f"### {title}, {view}", "", "| method | " + " | ".join(held_out) + " | average |",
-                      "|---|" + "---|" * (len(held_out) + 1)]
+            lines += [f"### {title}, {view} (mean over seeds ± seed SD (seeds))", "",
+                      "| method | " + " | ".join(held_out) + " | average |", "|---|" + "---|" * (len(held_out) + 1)]
             for method in methods:
-                row, values = [], []
+                row, means = [], []
                 for site in held_out:
                     cell = table.get((method, site))
-                    value = None if cell is None else cell["values"].get((view, metric))
-                    if cell is not None and value is None and cell["failed"]:
-                        row.append("failed")
+                    values = [] if cell is None else cell["values"].get((view, metric), [])
+                    if not values:
+                        row.append("failed" if cell is not None and cell["failed"] else "not run")
                         continue
-                    row.append(_fmt(value, metric) + ("" if cell is None or len(cell["seeds"]) < 2
-                                                      else f" ({len(cell['seeds'])} seeds)"))
-                    if value is not None:
-                        values.append(value)
-                average = float(np.mean(values)) if len(values) == len(held_out) else None
+                    row.append(_cell(values, metric))
+                    means.append(float(np.mean(values)))
+                average = float(np.mean(means)) if len(means) == len(held_out) else None
                 lines.append(f"| {method} | " + " | ".join(row) + f" | {_fmt(average, metric)} |")
             lines.append("")
     spread = seed_spread(records)
     if spread:
         seeds = sorted({seed for per_seed in spread.values() for seed in per_seed})
-        lines += ["### Seed spread: held-out Dice of each training seed (the case intervals below are for one "
-                  "trained model; this is what retraining changes)", "",
+        lines += ["### Seed values: held-out Dice of each training seed", "",
                   "| method | held-out | " + " | ".join(f"seed {s}" for s in seeds) + " | max - min |",
                   "|---|---|" + "---|" * (len(seeds) + 1)]
         for (method, site), per_seed in spread.items():
             lines.append(f"| {method} | {site} | " + " | ".join(_fmt(per_seed.get(s), "dice") for s in seeds)
                          + f" | {max(per_seed.values()) - min(per_seed.values()):.3f} |")
         lines.append("")
-    base = stats["baseline"]
-    lines += [f"### Dice difference to {base} (paired per case, 95% bootstrap interval; * the interval excludes 0)",
-              "", "| method | " + " | ".join(held_out) + " | average | Holm p (average) |",
-              "|---|" + "---|" * (len(held_out) + 2)]
-    for method, entry in stats["methods"].items():
-        row = [entry["sites"][s].format() if s in entry["sites"] else "-" for s in held_out]
-        average = entry["average"].format() if "average" in entry else "-"
-        if "average" in entry and len(entry["sites"]) < len(held_out):  # say over what, never pass a part as all
-            average += f" ({len(entry['sites'])} of {len(held_out)} sites)"
-        holm_p = f"{entry['holm_p']:.3f}" if "holm_p" in entry else "-"
-        lines.append(f"| {method} | " + " | ".join(row) + f" | {average} | {holm_p} |")
-    lines.append("")
+    for comparison in stats:
+        base = comparison["baseline"]
+        lines += [f"### Dice difference to {base} (seeds as the unit: mean paired seed difference, 95% two-level "
+                  f"bootstrap interval, seed count, SD of the paired differences; no interval below {MIN_SEEDS} "
+                  f"seeds; p: sign-flip test over the paired seeds, Holm-adjusted over the methods)", "",
+                  "| method | " + " | ".join(held_out) + " | average | Holm p (average) |",
+                  "|---|" + "---|" * (len(held_out) + 2)]
+        for method, entry in comparison["methods"].items():
+            row = [entry["sites"][s].format() if s in entry["sites"] else "not run" for s in held_out]
+            average = entry["average"].format() if "average" in entry else "-"
+            holm_p = entry["holm_p"].format() if "holm_p" in entry else "-"
+            lines.append(f"| {method} | " + " | ".join(row) + f" | {average} | {holm_p} |")
+        lines.append("")
+    if stats:
+        lines += ["### What the evidence supports (generated from the table above)", ""]
+        for comparison in stats:
+            for method, entry in comparison["methods"].items():
+                lines.append(f"- {verdict(method, entry, comparison['baseline'], len(held_out), comparison['family'])}")
+        lines.append("")
     return "\n".join(lines)
 
 
@@ -247,8 +303,8 @@ def markdown(records: Sequence[dict[str, Any]], stats: dict[str, Any], methods: 
 
 
 def plots(records: Sequence[dict[str, Any]], out: Path, methods: Sequence[str], held_out: Sequence[str]) -> list[Path]:
-    """PNG plots: validation Dice per round per method; GA weights over rounds; held-out Dice per site with
-    intervals."""
+    """PNG plots: validation Dice per round per method; GA weights over rounds; held-out Dice per site (bars: mean
+    over seeds, error bars: seed SD, dots: each seed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -265,7 +321,8 @@ def plots(records: Sequence[dict[str, Any]], out: Path, methods: Sequence[str], 
         curves = [c for c in curves if c]
         if curves:
             n = min(map(len, curves))
-            ax.plot(range(n), np.mean([c[:n] for c in curves], axis=0), marker="o", label=method)
+            ax.plot(range(n), np.mean([c[:n] for c in curves], axis=0), marker="o" if n <= 30 else None,
+                    label=method)
     ax.set(xlabel="round", ylabel="mean validation Dice of the received model",
            title="Validation Dice per round (mean over held-out sites and seeds)")
     if ax.lines:  # no finished run: an empty frame, without a legend
@@ -279,31 +336,24 @@ def plots(records: Sequence[dict[str, Any]], out: Path, methods: Sequence[str], 
             history = r["ga_weights"]["history"]
             for site in history[-1]["weights"]:
                 ax.plot([h["round"] for h in history], [h["weights"].get(site, np.nan) for h in history],
-                        marker="o", label=site)
+                        label=site)
             ax.set(title=f"{r['run']['method']}, held out {r['run']['held_out']}", xlabel="round", ylabel="GA weight")
             ax.legend(fontsize=7)
         written.append(_save(fig, out / "ga_weights.png"))
 
+    table = seed_dice(ok)
     fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(held_out)), 4))
     width = 0.8 / max(1, len(methods))
     for i, method in enumerate(methods):
-        means, errors = [], [[], []]
-        for site in held_out:
-            pooled = [case_dice(r) for r in ok if r["run"]["method"] == method and r["run"]["held_out"] == site]
-            pooled = [p for p in pooled if p is not None]
-            if not pooled or len({len(p) for p in pooled}) != 1:
-                means.append(np.nan)
-                errors[0].append(0)
-                errors[1].append(0)
-                continue
-            scores = np.mean(np.stack(pooled), axis=0)
-            m, low, high = mean_interval(scores)
-            means.append(m)
-            errors[0].append(m - low)
-            errors[1].append(high - m)
-        ax.bar(np.arange(len(held_out)) + i * width, means, width, yerr=errors, capsize=2, label=method)
+        x = np.arange(len(held_out)) + i * width
+        per_site = [list(table.get((method, site), {}).values()) for site in held_out]
+        means = [np.mean(v) if v else np.nan for v in per_site]
+        sds = [np.std(v, ddof=1) if len(v) > 1 else 0.0 for v in per_site]
+        ax.bar(x, means, width, yerr=sds, capsize=2, label=method)
+        for xi, values in zip(x, per_site):
+            ax.plot([xi] * len(values), values, ".", color="black", markersize=3)
     ax.set_xticks(np.arange(len(held_out)) + width * (len(methods) - 1) / 2, held_out)
-    ax.set(ylabel="held-out Dice (95% bootstrap interval)", ylim=(0, 1), title="Held-out Dice per site")
+    ax.set(ylabel="held-out Dice (mean over seeds, SD bars, dots: seeds)", ylim=(0, 1), title="Held-out Dice per site")
     ax.legend(fontsize=7, ncol=2)
     written.append(_save(fig, out / "held_out_dice.png"))
     return written
@@ -326,6 +376,12 @@ def _in_order(present: set[str], order: Sequence[str]) -> list[str]:
     return [x for x in order if x in present] + sorted(present - set(order))
 
 
+def code_of_runs(records: Sequence[dict[str, Any]]) -> str:
+    """The code fingerprints of the finished runs (:func:`feddg.report.code_fingerprint`), shortened, with counts."""
+    counts = Counter(str(r.get("code", "unknown"))[:12] for r in records if r.get("status") == "ok")
+    return ", ".join(f"{v} ({n} run{'s' if n != 1 else ''})" for v, n in sorted(counts.items()))
+
+
 def software_of_runs(records: Sequence[dict[str, Any]], dist: str = "feddg-flare") -> str:
     """Which versions of ``dist`` produced the finished runs, e.g. ``feddg-flare 0.1.0 (22 runs), 0.1.1 (28 runs)``:
     a folder that a sweep resumed across a release says so in its tables, not only in results.json."""
@@ -333,41 +389,66 @@ def software_of_runs(records: Sequence[dict[str, Any]], dist: str = "feddg-flare
     return f"{dist} " + ", ".join(f"{v} ({n} run{'s' if n != 1 else ''})" for v, n in sorted(counts.items()))
 
 
+def machine_time(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Run time the folder's runs spent (finished, failed and timed out alike: machine time is spent either way)."""
+    seconds = sum(float(r.get("wall_s", 0.0)) for r in records)
+    return {"machine_hours": seconds / 3600, "runs": len(records),
+            "runs_per_hour": len(records) / (seconds / 3600) if seconds else 0.0}
+
+
+def _how_to_read(protocol: dict[str, Any]) -> str:
+    synthetic = protocol.get("overrides", {}).get("data", {}).get("root") is None
+    data = ("These are results on the project's synthetic data (64 px by default, sites that differ in style, "
+            "content and labelling by construction): they rank methods on this data only and cannot be compared "
+            "with the papers' numbers, which come from real scans at 384 px." if synthetic else
+            "These are results on the data under the protocol's data.root.")
+    return ("How to read: a cell is the mean over training seeds ± the seed SD (seed count). A difference is the "
+            "mean of paired seed differences (seed k of a method against seed k of the baseline: the same initial "
+            "weights, data order and augmentation), with a 95% two-level bootstrap interval (seeds, then the cases "
+            "of each seed) and an exact sign-flip p-value over the paired seeds, Holm-adjusted over the methods. "
+            "\"Not resolved at N seeds\" means these seeds cannot tell the method from the baseline; it does not "
+            f"mean they are equal. {data}")
+
+
 def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[str], n_resamples: int = 9999) -> dict:
     """Write results.csv, results.md, results.json and plots/ from every run in ``out`` (a sweep that adds methods,
     sites or seeds to a folder, or resumes part of it, keeps the runs made before in the tables); rows follow
-    ``method_order`` and columns ``site_order``. Returns the paths."""
+    ``method_order`` and columns ``site_order``; every baseline of :data:`BASELINES` that the folder ran gets its
+    difference table. Returns the paths."""
     from feddg.report import machine_info, software_versions
 
     out = Path(out)
     records = load_records(out)
     methods = _in_order({r["run"]["method"] for r in records}, method_order)
     held_out = _in_order({r["run"]["held_out"] for r in records}, site_order)
-    stats = comparisons(records, n_resamples=n_resamples)
+    stats = [comparisons(records, b, held_out, n_resamples) for b in BASELINES if b in methods]
     write_csv(out / "results.csv", tidy_rows(records))
     protocol = read_json(out / SWEEP_FILE)
+    spent = machine_time(records)
     header = [f"# Leave-one-site-out benchmark: {protocol.get('task', '?')}", "",
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
               f"{sum(r['status'] == 'ok' for r in records)} of {len(records)} runs finished "
-              f"({software_of_runs(records)}); "
-              f"scores of the held-out site's test cases, the reported model (final global model; MLA-BIN: the "
-              f"attention-combined model).", ""]
+              f"({software_of_runs(records)}; code {code_of_runs(records)}); {spent['machine_hours']:.1f} "
+              f"machine-hours, {spent['runs_per_hour']:.1f} runs per hour; scores of the held-out site's test cases, "
+              f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
+              _how_to_read(protocol), ""]
     (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out))
     figures = plots(records, out / "plots", methods, held_out)
-    serial = {"methods": {m: {"sites": {s: d.to_dict() for s, d in e["sites"].items()},
-                              "average": e["average"].to_dict() if "average" in e else None,
-                              "holm_p": e.get("holm_p"), "without_case_scores": e["without_case_scores"]}
-                          for m, e in stats["methods"].items()}, "baseline": stats["baseline"]}
+    serial = {c["baseline"]: {m: {"sites": {s: d.to_dict() for s, d in e["sites"].items()},
+                                  "average": e["average"].to_dict() if "average" in e else None,
+                                  "holm_p": e["holm_p"].to_dict() if "holm_p" in e else None,
+                                  "verdict": verdict(m, e, c["baseline"], len(held_out), c["family"])}
+                              for m, e in c["methods"].items()} for c in stats}
     # Each run's report (per-round history, per-case scores) stays in its runs/<id>/run.json, the sweep's one record
     # of the run; results.json names that file instead of holding a second copy (the copies made it 3 MB for 28 runs).
     runs = [{**{k: v for k, v in r.items() if k != "report"}, "record": f"runs/{r['run_id']}/{RUN_FILE}"}
             for r in records]
     write_json(out / "results.json", {"protocol": protocol, "machine": machine_info(),
-                                      "versions": software_versions(), "comparisons": serial,
-                                      "runs": runs}, indent=1)
+                                      "versions": software_versions(), "machine_time": spent,
+                                      "comparisons": serial, "runs": runs}, indent=1)
     return {"csv": out / "results.csv", "markdown": out / "results.md", "json": out / "results.json",
             "plots": figures}
 
 
-__all__ = ["Difference", "comparisons", "load_records", "markdown", "plots", "seed_spread", "software_of_runs",
-           "tidy_rows", "write_results"]
+__all__ = ["BASELINES", "case_scores", "comparisons", "load_records", "machine_time", "markdown", "plots",
+           "seed_dice", "seed_spread", "software_of_runs", "tidy_rows", "verdict", "write_results"]
