@@ -50,8 +50,8 @@ KEPT_FILES = ("feddg_report.json", "ga_weights.json", "feddg_timings.jsonl", "fe
 # every method acts each round; the number of rounds is where FedAvg's last fifth of rounds gains less than 0.01
 # validation Dice. The jobs keep their quick defaults. tests/test_benchmark_pilot.py checks these numbers against
 # the committed pilot.json.
-SWEEP_ROUNDS = {"prostate": 0, "fundus": 0}
-PILOT_SECONDS_PER_ROUND = {"prostate": 0.0, "fundus": 0.0}
+SWEEP_ROUNDS = {"prostate": 298, "fundus": 153}
+PILOT_SECONDS_PER_ROUND = {"prostate": 1.75, "fundus": 0.90}
 # On the synthetic data, the held-out site gets more test cases than a training site (it costs evaluation only and
 # narrows each seed's case error); with real data the site has the cases it has.
 SYNTHETIC_HELD_OUT_CASES = {"prostate": 24, "fundus": 72}
