@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from feddg.benchmark.sweep import Protocol, Run, plan, prepare_folder, run_experiment, seed_overrides
+from feddg.cli import COMMITTED_JOBS
 from feddg.config import ConfigError
 
 
@@ -20,13 +21,21 @@ def test_a_seed_sets_the_training_seed_and_the_methods_seeds_never_the_splits_or
     assert seed_overrides({"data": {"split_seed": 0}, "ga": {"step_size": 0.05}}, 3) == {"train": {"seed": 3}}
 
 
-def test_a_folder_keeps_one_protocol(tmp_path):
+def test_a_folder_keeps_one_protocol_and_a_mismatch_names_the_first_differing_key(tmp_path):
     prepare_folder(tmp_path, Protocol("fundus", {"train": {"rounds": 2}}))
     prepare_folder(tmp_path, Protocol("fundus", {"train": {"rounds": 2}}))  # the same: resumed
-    with pytest.raises(ConfigError, match='made with overrides = {"train": {"rounds": 2}}'):
+    prepare_folder(tmp_path, Protocol("fundus", {"train": {"rounds": 2, "lr": 0.001}}))  # the template's lr: the same
+    with pytest.raises(ConfigError, match="holds another protocol: train.rounds: 2 in this folder, 3 in this sweep;"):
         prepare_folder(tmp_path, Protocol("fundus", {"train": {"rounds": 3}}))
-    with pytest.raises(ConfigError, match="made with task"):
+    with pytest.raises(ConfigError, match="data.image_size: 64 in this folder, 32 in this sweep"):
+        prepare_folder(tmp_path, Protocol("fundus", {"train": {"rounds": 2}, "data": {"image_size": 32}}))
+    with pytest.raises(ConfigError, match=r'ga.step_size: 0.05 in this folder, 0.1 in this sweep \(in the feddg.yaml '
+                                          r"of ga's runs\)"):
+        prepare_folder(tmp_path, Protocol("fundus", {"train": {"rounds": 2}, "ga": {"step_size": 0.1}}))
+    with pytest.raises(ConfigError, match='task: "fundus" in this folder, "prostate" in this sweep'):
         prepare_folder(tmp_path, Protocol("prostate", {"train": {"rounds": 2}}))
+    with pytest.raises(ConfigError, match=r'simulator_args: \[\] in this folder, \["-t", "1"\] in this sweep'):
+        prepare_folder(tmp_path, Protocol("fundus", {"train": {"rounds": 2}}, ["-t", "1"]))
 
 
 def test_every_run_is_validated_before_any_runs():
@@ -45,7 +54,8 @@ def test_the_tables_are_rewritten_after_every_run_and_finished_runs_are_not_redo
 
     def fake_execute(run, protocol, out, timeout, report):
         ran.append(run.run_id)
-        record = {"run": run.__dict__, "run_id": run.run_id, "status": "ok", "wall_s": 1.0}
+        record = {"run": run.__dict__, "run_id": run.run_id, "status": "ok", "wall_s": 1.0,
+                  "config": run_experiment(protocol, run), "simulator_args": protocol.simulator_args}
         (out / "runs" / run.run_id).mkdir(parents=True)
         (out / "runs" / run.run_id / sweep_module.RUN_FILE).write_text(__import__("json").dumps(record))
         return record
@@ -141,21 +151,22 @@ def test_a_protocol_under_which_a_method_would_not_act_is_refused_before_any_run
         plan(Protocol("fundus", {"train": {"rounds": 1}}), ["fedavg", "ga"], ["Domain1"], [0])
 
 
-def _scored(run, code: str, scores=(0.8, 0.6)) -> dict:
+def _scored(run, protocol, code: str, scores=(0.8, 0.6), status: str = "ok") -> dict:
     """A finished run's record with per-case scores, as the sweep writes it."""
     cases = {str(i): {"disc": {"dice": s}, "cup": {"dice": s}} for i, s in enumerate(scores)}
     test = {"disc": {"dice": {"mean": 0.7}}, "cup": {"dice": {"mean": 0.7}}, "cases": cases}
-    return {"run": run.__dict__, "run_id": run.run_id, "status": "ok", "wall_s": 10.0, "code": code,
+    return {"run": run.__dict__, "run_id": run.run_id, "status": status, "wall_s": 10.0, "code": code,
+            "config": run_experiment(protocol, run), "simulator_args": list(protocol.simulator_args),
             "report": {"models": {"final": {"sites": {run.held_out: {"splits": {"test": test}}}}}}}
 
 
-def _fake_execute(sweep_module, code: str, scores=(0.8, 0.6), ran=None):
+def _fake_execute(sweep_module, code: str, scores=(0.8, 0.6), ran=None, status: str = "ok"):
     import json
 
     def execute(run, protocol, out, timeout, report):
         if ran is not None:
             ran.append((run.run_id, out.name))
-        record = _scored(run, code, scores)
+        record = _scored(run, protocol, code, scores, status)
         (out / "runs" / run.run_id).mkdir(parents=True, exist_ok=True)
         (out / "runs" / run.run_id / sweep_module.RUN_FILE).write_text(json.dumps(record))
         return record
@@ -199,7 +210,8 @@ def test_a_reproduce_check_with_other_scores_is_refused_naming_the_case(tmp_path
     monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, "old-code"))
     sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
     monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, code_fingerprint(), (0.8, 0.61)))
-    with pytest.raises(ConfigError, match=r"other per-case scores .*/final/Domain1/test/1/cup/dice: 0.6 then 0.61"):
+    with pytest.raises(ConfigError, match=r"other per-case scores .*\(final.Domain1.test.1.cup.dice: 0.6 with the old "
+                                          r"code, 0.61 with this code\)"):
         sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
                            report=lambda _: None)
 
@@ -317,11 +329,27 @@ def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
     (["--seeds", "-2"], "--seeds '-2'.*non-negative"),
     (["--held-out", "Domain9"], r"--held-out \['Domain9'\]: not among the task's sites"),
     (["--methods", "fedavg,fedsr"], r"--methods \['fedsr'\]: unknown method"),
-    (["--methods", ""], r"--methods \[''\]: unknown method"),
+    (["--methods", ""], r"--methods '': an empty name"),
     (["--resamples", "0"], "--resamples 0"),
     (["--set", "train.rounds=1", "--methods", "ga"], "ga would not act under this protocol"),
+    (["--methods", "fedavg,fedavg"], "--methods 'fedavg,fedavg': fedavg given twice"),
+    (["--methods", "fedavg,"], "--methods 'fedavg,': an empty name"),
+    (["--held-out", ""], "--held-out '': an empty name"),
+    (["--held-out", "Domain1,Domain1"], "--held-out 'Domain1,Domain1': Domain1 given twice"),
+    (["--data-root", ""], "--data-root is empty"),
+    (["--layout", "dofe_png"], "--layout dofe_png needs --data-root"),
+    (["--out", ""], "--out is empty"),
+    (["--out", str(COMMITTED_JOBS)], "is in the repository's committed"),
+    (["--out", str(COMMITTED_JOBS / "fundus_fedavg")], "is in the repository's committed"),
+    (["--run-timeout", "0"], "--run-timeout 0: give a positive number of seconds"),
+    (["--set", "train.seed=5"], "--set train.seed: the sweep sets it for each run from --seeds"),
+    (["--set", "data.unseen_site=Domain2"], "--set data.unseen_site: the sweep sets it for each run from --held-out"),
+    (["--", "--bogus"], "--bogus: not a flag of nvflare simulator"),
+    (["--", "-t", "x"], "simulator flags -t x: argument -t/--threads: invalid int value: 'x'"),
+    (["--", "-w", "/tmp/elsewhere"], "the workspace is feddg's to give"),
 ])
 def test_bad_sweep_options_are_refused_in_one_line_before_anything_runs(tmp_path, capsys, args, message):
+    """Each a mistake a new user makes; none may change what runs or start a run."""
     from feddg.cli import main
 
     out = tmp_path / "out"
@@ -340,3 +368,38 @@ def test_a_dry_run_prints_the_plan_of_the_default_protocol_and_writes_nothing(tm
     hours = 2 * 4 * 5 * SWEEP_ROUNDS["fundus"] * PILOT_SECONDS_PER_ROUND["fundus"] / 3600
     assert f"40 runs, 0 done before, 40 to run: about {hours:.1f} machine-hours" in capsys.readouterr().out
     assert not out.exists()
+
+
+def test_an_unknown_sweep_option_is_refused_by_name_and_never_reaches_the_simulator(tmp_path, capsys):
+    from feddg.cli import main
+
+    with pytest.raises(SystemExit) as ended:  # argparse's own error: usage, then the line naming the option
+        main(["benchmark", "--task", "fundus", "--heldout", "Domain1", "--out", str(tmp_path / "out")])
+    assert ended.value.code == 2
+    assert "unrecognized arguments: --heldout Domain1 (flags for nvflare simulator go after --)" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_current_folder_is_refused_as_out_unless_it_is_empty(tmp_path, monkeypatch, capsys):
+    from feddg.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["benchmark", "--task", "fundus", "--out", ".", "--dry-run"]) == 2
+    assert "--out '.' is the current folder, which is not empty" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_a_relative_data_root_is_made_absolute_before_any_run(tmp_path, monkeypatch):
+    from feddg.benchmark import sweep as sweep_module
+    from feddg.cli import main
+
+    protocols: list = []
+    monkeypatch.setattr(sweep_module, "sweep", lambda out, protocol, *a, **kw: protocols.append(protocol) or [])
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for given in (["--data-root", "data"], ["--set", "data.root=data"]):
+        assert main(["benchmark", "--task", "fundus", "--set", "train.rounds=2", *given, "--out", "out",
+                     "--dry-run"]) == 0
+    assert [p.overrides["data"]["root"] for p in protocols] == [str(tmp_path.resolve() / "data")] * 2

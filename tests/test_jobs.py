@@ -54,3 +54,27 @@ def test_install_resources_starts_from_a_kits_default_file(tmp_path):
     data = json.loads(install_resources(tmp_path).read_text())
     assert data["components"] == [{"id": "resource_manager"}]
     assert data["class_allow_list"] == class_allow_list()
+
+
+def _files(folder: Path) -> dict[str, tuple[int, bytes]]:
+    """Relative path -> (modification time, content) of every file under ``folder``."""
+    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "train.rounds=3", "--out", ""], "--out is empty"),
+    (["--paper"], "--set and --paper write jobs that differ from the template: give --out DIR"),
+    (["--set", "train.rounds=3", "--out", str(REPO / "jobs" / "extra")], "is in the repository's committed"),
+    (["--set", "train.rounds=3", "--out", "."], "--out '.' is the current folder, which is not empty"),
+])
+def test_make_jobs_never_writes_over_the_committed_jobs_nor_into_a_full_current_folder(args, message, tmp_path,
+                                                                                        monkeypatch, capsys):
+    from feddg.cli import main
+
+    (tmp_path / "notes.txt").write_text("mine")
+    monkeypatch.chdir(tmp_path)
+    before = _files(REPO / "jobs")
+    assert main(["make-jobs", *args]) == 2
+    assert message in capsys.readouterr().err
+    assert _files(REPO / "jobs") == before and [p.name for p in tmp_path.iterdir()] == ["notes.txt"]

@@ -54,7 +54,7 @@ def test_a_wrong_override_is_refused_by_name(tmp_path, assignment, reason):
 def test_make_jobs_writes_overrides_only_elsewhere(tmp_path, capsys):
     assert main(["make-jobs", "--set", "train.rounds=3"]) == 2
     assert main(["make-jobs", "--out", str(JOBS), "--set", "train.rounds=3"]) == 2
-    assert "never writes over the committed" in capsys.readouterr().err
+    assert "is in the repository's committed" in capsys.readouterr().err
     assert main(["make-jobs", "--out", str(tmp_path), "--set", "data.unseen_site=BMC", "prostate_fedprox"]) == 0
     cfg = load_config(tmp_path / "prostate_fedprox" / "app" / "config" / "feddg.yaml")
     assert cfg.data.unseen_site == "BMC" and cfg.train.fedprox_mu == 0.01

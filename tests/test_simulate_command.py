@@ -4,11 +4,12 @@ the host."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from feddg.cli import deploy_map_sites, simulator_threads
+from feddg.cli import deploy_map_sites, main, simulator_threads
 
 JOB = Path(__file__).resolve().parents[1] / "jobs" / "prostate_ga"
 
@@ -32,3 +33,23 @@ def test_deploy_map_sites(tmp_path):
     assert deploy_map_sites(tmp_path) == set()
     assert simulator_threads(tmp_path, []) == ([], 1)  # unknown sites: NVFlare's own default stays
     assert deploy_map_sites(tmp_path / "missing") == set()
+
+
+def test_a_mistyped_simulator_flag_is_refused_by_name_before_anything_is_written(tmp_path, capsys):
+    assert main(["simulate", str(JOB), "-w", str(tmp_path / "ws"), "--heldout", "BMC"]) == 2
+    assert "feddg simulate: error: --heldout BMC: not a flag of nvflare simulator" in capsys.readouterr().err
+    assert not (tmp_path / "ws").exists()
+
+
+def test_flags_before_and_after_dashes_reach_the_simulator_without_the_dashes(tmp_path, monkeypatch):
+    commands: list = []
+
+    def execv(path, command):
+        commands.append(command)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execv", execv)
+    ws = tmp_path / "ws"
+    with pytest.raises(SystemExit):
+        main(["simulate", str(JOB), "-w", str(ws), "-n", "6", "--", "-t", "2"])
+    assert commands[0][1:] == ["simulator", str(JOB), "-w", str(ws), "-n", "6", "-t", "2"]

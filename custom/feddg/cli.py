@@ -24,8 +24,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from feddg.compute import SITE_PROCESSES_ENV
+
+if TYPE_CHECKING:
+    from feddg.benchmark.protocol import Protocol
 
 
 def _cmd_check_data(args: argparse.Namespace) -> int:
@@ -58,13 +62,13 @@ def _cmd_make_jobs(args: argparse.Namespace) -> int:
     from feddg.jobs import JOBS, PAPER_SIZE, stale_files, write_job
     from feddg.provisioning import stale_projects, write_projects
 
-    if args.overrides and (args.out is None or args.check):
-        raise ValueError("--set writes jobs that differ from the template: give --out DIR (not the committed jobs/) "
-                         "and no --check")
-    if args.overrides and Path(args.out).resolve() == COMMITTED_JOBS.resolve():
-        raise ValueError(f"--set never writes over the committed {COMMITTED_JOBS}: give another --out")
-    args.out = args.out or "jobs"
     overrides = merge(PAPER_SIZE if args.paper else {}, parse_overrides(args.overrides or []))
+    if overrides and (args.out is None or args.check):
+        raise ValueError("--set and --paper write jobs that differ from the template: give --out DIR (not the "
+                         "committed jobs/) and no --check")
+    if args.out is not None:
+        output_folder(args.out, "--out", template_jobs=not overrides, reading=args.check)
+    args.out = args.out or "jobs"
     provisioning = Path(args.out).parent / "provisioning"
     if args.check:
         stale = stale_files(Path(args.out)) + stale_projects(provisioning)
@@ -120,6 +124,7 @@ def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
 
     from feddg.flare.site_policy import install_resources
 
+    simulator_flags(rest)  # a mistyped flag fails here, naming it, not in NVFlare's log
     if args.overrides:
         from feddg.config import parse_overrides
         from feddg.jobs import override_job
@@ -193,6 +198,57 @@ def deploy_map_sites(job: Path) -> set[str]:
 COMMITTED_JOBS = Path(__file__).resolve().parents[2] / "jobs"  # the repository's job folders (a source checkout)
 
 
+def simulator_flags(flags: list[str]) -> list[str]:
+    """``flags`` for ``nvflare simulator``, checked against its own options: ValueError naming an unknown flag, a
+    bad value, or the workspace (feddg gives it with -w)."""
+    from nvflare.private.fed.app.simulator.simulator import define_simulator_parser  # noqa: PLC0415 - slow import
+
+    parser = argparse.ArgumentParser(prog="nvflare simulator", add_help=False, exit_on_error=False)
+    define_simulator_parser(parser)
+    try:
+        known, unknown = parser.parse_known_args(["JOB", *flags])
+    except argparse.ArgumentError as e:
+        raise ValueError(f"simulator flags {' '.join(flags)}: {e}") from None
+    if unknown:
+        raise ValueError(f"{' '.join(unknown)}: not a flag of nvflare simulator (its flags: -n, -c, -t, -gpu, -l, -m,"
+                         f" --end_run_for_all)")
+    if known.workspace is not None:
+        raise ValueError(f"simulator flags {' '.join(flags)}: the workspace is feddg's to give (-w before --)")
+    return flags
+
+
+def output_folder(value: str, flag: str, template_jobs: bool = False, reading: bool = False) -> Path:
+    """``value`` as the folder a command writes into, made absolute: ValueError naming ``flag`` for an empty value,
+    the current folder when it holds anything, and the repository's committed jobs/ or a folder in it (unless
+    ``template_jobs``: make-jobs writing the template itself). ``reading`` (a check): only the empty value."""
+    if not value.strip():
+        raise ValueError(f"{flag} is empty: give a folder")
+    path = Path(value).expanduser().resolve()
+    if reading:
+        return path
+    if path == Path.cwd().resolve() and any(path.iterdir()):
+        raise ValueError(f"{flag} {value!r} is the current folder, which is not empty: give a new or empty folder")
+    jobs = COMMITTED_JOBS.resolve()
+    if not template_jobs and (path == jobs or jobs in path.parents):
+        raise ValueError(f"{flag} {value!r} is in the repository's committed {jobs}, which only the template "
+                         f"writes: give another folder")
+    return path
+
+
+def _names(value: str | None, flag: str) -> list[str] | None:
+    """A comma-separated option as its names (None when not given); ValueError naming ``flag`` for an empty value,
+    an empty name or a name given twice."""
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",")]
+    if not value.strip() or not all(names):
+        raise ValueError(f"{flag} {value!r}: an empty name; give comma-separated names")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"{flag} {value!r}: {', '.join(repeated)} given twice")
+    return names
+
+
 def job_component_paths(job: Path) -> set[str]:
     """Every component class the NVFlare configs of the job folder name."""
     from feddg.flare.site_policy import component_paths
@@ -223,52 +279,77 @@ def configure_simulated_sites(job: Path, local_dir: Path) -> tuple[Path, dict] |
     return path, settings
 
 
-def _cmd_benchmark(args: argparse.Namespace, rest: list[str]) -> int:
+def _cmd_benchmark(args: argparse.Namespace, simulator_args: list[str]) -> int:
     """The leave-one-site-out sweep (:mod:`feddg.benchmark.sweep`), then its tables, plots and statistics."""
     from feddg.benchmark.results import write_results
-    from feddg.benchmark.sweep import Protocol, default_overrides, parse_seeds, sweep
-    from feddg.config import parse_overrides
-    from feddg.flare.registry import merge, methods
-    from feddg.jobs import TASK_DEFAULTS
+    from feddg.benchmark.signals import handle_stop_signals
+    from feddg.benchmark.sweep import sweep
+    from feddg.flare.registry import methods
 
-    seeds = parse_seeds(args.seeds)  # every option checked before anything is planned or run
-    if args.resamples < 1:
-        raise ValueError(f"--resamples {args.resamples}: give a positive number of resamples")
-    assignments = list(args.overrides or [])
-    if args.data_root:
-        assignments.append(f"data.root={args.data_root}")
-    if args.layout:
-        assignments.append(f"data.layout={args.layout}")
-    overrides = merge(default_overrides(args.task, synthetic=not args.data_root), parse_overrides(assignments))
-    protocol = Protocol(args.task, overrides, [a for a in rest if a != "--"])
-    chosen = args.methods.split(",") if args.methods is not None else [m for m, spec in methods().items()
-                                                            if spec.supports(args.task)]
-    unknown = [m for m in chosen if m not in methods()]
-    if unknown:
-        raise ValueError(f"--methods {unknown}: unknown method(s); the methods are {list(methods())}")
-    unsupported = [m for m in chosen if not methods()[m].supports(args.task)]
-    if unsupported:
-        raise ValueError(f"--methods {unsupported}: no {args.task} job for these methods")
-    sites = merge(TASK_DEFAULTS[args.task]["data"], overrides.get("data", {}))["sites"]
-    held_out = sites if args.held_out in (None, "all") else args.held_out.split(",")
-    unknown = sorted(set(held_out) - set(sites))
-    if unknown:
-        raise ValueError(f"--held-out {unknown}: not among the task's sites {sites}")
+    with handle_stop_signals():  # Ctrl-C / SIGTERM: one line and exit status 130 / 143 (see main)
+        out, protocol, chosen, held_out, seeds, sites = _sweep_options(args, simulator_args)
 
-    def tables() -> dict:
-        return write_results(Path(args.out), list(methods()), sites, args.resamples)
+        def tables() -> dict:
+            return write_results(out, list(methods()), sites, args.resamples)
 
-    records = sweep(Path(args.out), protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed,
-                    reproduce_check=args.reproduce_check, dry_run=args.dry_run, after_run=tables)
-    if args.dry_run:
-        return 0
-    paths = tables()
-    print((Path(args.out) / "results.md").read_text())
+        records = sweep(out, protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed,
+                        reproduce_check=args.reproduce_check, dry_run=args.dry_run,
+                        move_aside=args.move_aside_mismatched, after_run=tables)
+        if args.dry_run:
+            return 0
+        paths = tables()
+    print((out / "results.md").read_text())
     print("wrote " + ", ".join(str(p) for p in (paths["csv"], paths["markdown"], paths["json"], *paths["plots"])))
     failed = [r["run_id"] for r in records if r["status"] != "ok"]
     if failed:
         print(f"{len(failed)} run(s) did not finish: {', '.join(failed)} (see their run.json)", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _sweep_options(args: argparse.Namespace, simulator_args: list[str]
+                   ) -> tuple[Path, Protocol, list[str], list[str], list[int], list[str]]:
+    """(out, protocol, methods, held-out sites, seeds, the task's sites) from the benchmark options, every option
+    checked before anything is planned or run: ValueError naming the option otherwise."""
+    from feddg.benchmark.sweep import Protocol, default_overrides, parse_seeds
+    from feddg.config import parse_overrides
+    from feddg.flare.registry import merge, methods
+    from feddg.jobs import TASK_DEFAULTS
+
+    out = output_folder(args.out, "--out")
+    seeds = parse_seeds(args.seeds)
+    if args.resamples < 1:
+        raise ValueError(f"--resamples {args.resamples}: give a positive number of resamples")
+    if not args.run_timeout > 0:
+        raise ValueError(f"--run-timeout {args.run_timeout:g}: give a positive number of seconds")
+    if args.data_root is not None and not args.data_root.strip():
+        raise ValueError("--data-root is empty: give the folder holding one sub-folder per site, or leave the "
+                         "option out for the synthetic data")
+    if args.layout and args.data_root is None:
+        raise ValueError(f"--layout {args.layout} needs --data-root: the layout of which data?")
+    assignments = list(args.overrides or [])
+    if args.data_root:
+        assignments.append(f"data.root={Path(args.data_root).expanduser().resolve()}")
+    if args.layout:
+        assignments.append(f"data.layout={args.layout}")
+    overrides = merge(default_overrides(args.task, synthetic=not args.data_root), parse_overrides(assignments))
+    root = overrides.get("data", {}).get("root")
+    if isinstance(root, str) and root.strip():  # --set data.root=relative: resolved here too, as runs need
+        overrides["data"]["root"] = str(Path(root).expanduser().resolve())
+    protocol = Protocol(args.task, overrides, simulator_flags(simulator_args))
+    task_methods = [m for m, spec in methods().items() if spec.supports(args.task)]
+    chosen = _names(args.methods, "--methods") or task_methods
+    unknown = [m for m in chosen if m not in methods()]
+    if unknown:
+        raise ValueError(f"--methods {unknown}: unknown method(s); the methods are {list(methods())}")
+    unsupported = [m for m in chosen if m not in task_methods]
+    if unsupported:
+        raise ValueError(f"--methods {unsupported}: no {args.task} job for these methods")
+    sites = merge(TASK_DEFAULTS[args.task]["data"], overrides.get("data", {}))["sites"]
+    held_out = sites if args.held_out == "all" else _names(args.held_out, "--held-out") or sites
+    unknown = sorted(set(held_out) - set(sites))
+    if unknown:
+        raise ValueError(f"--held-out {unknown}: not among the task's sites {sites}")
+    return out, protocol, chosen, held_out, seeds, sites
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
@@ -348,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
                    help="change a feddg.yaml setting for this run (repeatable), e.g. --set data.unseen_site=BMC; "
                         "the job is copied to <workspace>_job/ with the change")
-    p.set_defaults(func=_cmd_simulate, passthrough=True)
+    p.set_defaults(func=_cmd_simulate, passthrough="simulator")
 
     p = sub.add_parser("benchmark", help="leave-one-site-out sweep: methods x held-out sites x seeds, each a "
                                          "simulator run, then tables, paired intervals and plots (extra flags after "
@@ -371,7 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reproduce-check", action="store_true",
                    help="when the folder's runs were made by other code: re-run one of its cells with this code "
                         "first and add runs only if every per-case score is identical")
-    p.set_defaults(func=_cmd_benchmark, passthrough=True)
+    p.add_argument("--move-aside-mismatched", action="store_true",
+                   help="move the folder's runs whose config is not this protocol's to OUT/aside/ (default: refuse "
+                        "the folder, naming the first such run and setting)")
+    p.set_defaults(func=_cmd_benchmark, passthrough="after --")
 
     p = sub.add_parser("make-jobs", help="regenerate the job folders from the template")
     p.add_argument("--out", help="folder for the jobs (default: jobs)")
@@ -415,14 +499,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args, rest = build_parser().parse_known_args(argv)
-    if rest and not getattr(args, "passthrough", False):
-        build_parser().error(f"unrecognized arguments: {' '.join(rest)}")
+    from feddg.benchmark.signals import Interrupted
+
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    mode = getattr(args, "passthrough", None)
+    before, after = (rest[:rest.index("--")], rest[rest.index("--") + 1:]) if "--" in rest else (rest, [])
+    if (before and mode != "simulator") or (after and not mode):  # only what follows -- reaches the simulator
+        hint = " (flags for nvflare simulator go after --)" if mode else ""
+        parser.error(f"unrecognized arguments: {' '.join(before or after)}{hint}")
     try:
-        return args.func(args, rest) if getattr(args, "passthrough", False) else args.func(args)
+        return args.func(args, before + after) if mode else args.func(args)
     except (ValueError, OSError) as e:  # DataError and ConfigError are ValueErrors with a message that names things
         print(f"feddg {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except Interrupted as e:
+        print(f"feddg {args.command}: {e}", file=sys.stderr)
+        return e.exit_code
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from feddg.data.check import check_data, format_report, main
+from feddg.data.check import check_data, describe_shapes, format_report, main
 
 
 def test_real_prostate_slices_report_the_unpaired_file(samples, fx):
@@ -103,3 +103,22 @@ def test_cli_exit_status(tmp_path, fx, capsys):
     (tmp_path / "Domain1" / "test" / "ROIs" / "mask" / "b.png").unlink()
     assert main(["dofe_png", str(tmp_path)]) == 1
     assert "b.png" in capsys.readouterr().out
+
+
+def test_each_split_shows_its_own_statistics_and_many_image_sizes_are_summarised(tmp_path, fx):
+    fx.make_slice_site(tmp_path, "HK", {"train": {"00": 2}})
+    for i, size in enumerate([(50, 36), (60, 44), (70, 52), (80, 60)]):
+        mask = np.full(size, 255, np.uint8)
+        mask[5:20, 5:20] = 0  # the prostate
+        fx.write_png(tmp_path / "HK" / "test" / "image" / f"09_{i:02d}.png", np.full(size, 7, np.uint8))
+        fx.write_png(tmp_path / "HK" / "test" / "mask" / f"09_{i:02d}.png", mask)
+    report = check_data("slice_png", tmp_path)
+    hk = report["sites"]["HK"]
+    assert hk["split_statistics"]["test"]["intensity"] == {"min": 7.0, "max": 7.0, "mean": 7.0, "std": 0.0}
+    assert hk["split_statistics"]["train"]["image_shapes"] == [(40, 32)] and len(hk["image_shapes"]) == 5
+    assert hk["split_statistics"]["test"]["labels"]["prostate"]["with_foreground"] == 1.0
+    rows = {line.split()[1] if line.startswith("HK") else line.split()[0]: line
+            for line in format_report(report).splitlines() if line.startswith(("HK", " "))}
+    assert "40x32" in rows["train"] and "sizes" not in rows["train"] and " 7 " not in rows["train"]
+    assert "4 sizes from 50x36 to 80x60" in rows["test"] and rows["test"].split()[10:14] == ["7", "7", "7", "0"]
+    assert describe_shapes([(800, 800, 3), (128, 128, 3)]) == "128x128x3, 800x800x3" and describe_shapes([]) == "-"

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from feddg.benchmark.stats import ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, compare_seeds, holm
-from feddg.benchmark.sweep import RUN_FILE, SWEEP_FILE
+from feddg.benchmark.record import INTERRUPTED, RUN_FILE, SWEEP_FILE, run_records
 from feddg.flare.payloads import CASES
 from feddg.jsonfile import read_json, write_json
 
@@ -36,8 +36,9 @@ CSV_FIELDS = ["task", "method", "held_out", "seed", "status", "model", "site", "
 
 
 def load_records(out: Path) -> list[dict[str, Any]]:
-    """Every run's record in a results folder, in run-id order."""
-    return [read_json(p) for p in sorted(Path(out).glob(f"runs/*/{RUN_FILE}")) if read_json(p)]
+    """Every run's record in a results folder, in run-id order; an interrupted run is not a result (it is run again
+    on resume), and shows as not run."""
+    return [r for r in run_records(out).values() if r.get("status") != INTERRUPTED]
 
 
 def label_names(record: dict[str, Any]) -> list[str]:

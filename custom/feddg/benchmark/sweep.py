@@ -2,47 +2,57 @@
 
 Every run is the task's job of the template (:mod:`feddg.jobs`) with the sweep's protocol (``--set`` overrides,
 the data root and layout) and the run's own settings (``data.unseen_site``, the seeds) merged in, validated by the
-experiment schema, written to ``OUT/runs/<run id>/job`` and run with ``feddg simulate`` (every site at once, each
-with its share of the cores), its time bounded. A run's outcome is ``OUT/runs/<run id>/run.json``: ``ok`` with the
-report, or ``failed`` / ``timeout`` with the reason and the log's path (a failed run is shown as failed, never as a
-number). The sweep resumes: a run with a ``run.json`` is not run again (``retry_failed`` retries failed ones).
+experiment schema (:mod:`feddg.benchmark.protocol`), written to ``OUT/runs/<run id>/job`` and run with ``feddg
+simulate`` (every site at once, each with its share of the cores), its time bounded. A run's outcome is
+``OUT/runs/<run id>/run.json``: ``ok`` with the report, or ``failed`` / ``timeout`` with the reason and the log's
+path (a failed run is shown as failed, never as a number). The sweep resumes: a run with a ``run.json`` is not run
+again (``retry_failed`` retries failed ones; an interrupted one is always run again).
 
-A folder holds one protocol: ``OUT/sweep.json`` records the task and every setting that changes the numbers (the
-overrides, the data root and layout, the simulator flags); a sweep with other settings is refused, naming the
-setting that differs. Methods, held-out sites and seeds may be added to a folder later.
+A folder holds one protocol, and its record is checked, not trusted (:mod:`feddg.benchmark.record`): ``OUT/sweep.json``
+records the task and every setting that changes the numbers; a sweep with other settings is refused, naming the
+first setting that differs with both values, and so is a folder holding a run whose own config is not the
+protocol's for its cell. Methods, held-out sites and seeds may be added to a folder later. One sweep works on a
+folder at a time (``OUT/.sweep.lock``). With a data root the data are checked once, as ``feddg check-data`` does,
+before any run.
 
 A folder holds one code version: every run records the fingerprint of the code that ran it
 (:func:`feddg.report.code_fingerprint`), and a sweep whose code differs from the folder's runs is refused, unless
 ``reproduce_check`` first re-runs one finished cell with the new code and every per-case score comes out identical
 (the evidence goes to ``sweep.json`` and ``results.json``).
 
-A seed changes the model initialisation, the data order, the augmentation and every seed the method draws from
-(``train.seed``, and any ``*_seed`` setting of the method's section, e.g. MLA's encoder and attention seeds), never
-the splits (``data.split_seed``) or the synthetic data (``data.synthetic.seed``).
+SIGINT (Ctrl-C) and SIGTERM stop the run in progress with every process it started (the simulator starts its site
+workers in sessions of their own: :mod:`feddg.process_tree`), record it as ``interrupted`` and end the sweep with
+:class:`Interrupted`; a run that finished before the signal keeps its record.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from feddg.benchmark.protocol import (Protocol, Run, first_difference, owned_settings, run_experiment,
+                                      run_overrides, seed_overrides)
+from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, folder_lock,
+                                    prepare_folder, run_records)
+from feddg.benchmark.signals import STOP_SIGNALS, Interrupted, handle_stop_signals
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, write_json
 
-RUN_FILE = "run.json"
-SWEEP_FILE = "sweep.json"
 SERVER_RUN = Path("server") / "simulate_job"
 REPRODUCE_DIR = "reproduce"  # where the reproduce check re-runs a cell (removed afterwards)
 KEPT_FILES = ("feddg_report.json", "ga_weights.json", "feddg_timings.jsonl", "feddg_progress.json")
+POLL_S = 0.5  # how often a run's simulator is looked at (its end, its rounds, a signal, its time)
+KILL_WAIT_S = 20.0  # how long a stopped run's processes may take to be gone
+
+__all__ = ["Interrupted", "Protocol", "Run", "RUN_FILE", "SWEEP_FILE", "default_overrides", "execute",
+           "handle_stop_signals", "parse_seeds", "plan", "prepare_folder", "run_experiment", "run_overrides",
+           "seed_overrides", "sweep"]
 
 
 # The sweep's protocol per task, chosen by the rounds pilot (benchmarks/pilot_rounds.py; its curves, command and
@@ -63,51 +73,6 @@ def default_overrides(task: str, synthetic: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"train": {"rounds": SWEEP_ROUNDS[task], "local_epochs": 1}}
     if synthetic:
         out["data"] = {"synthetic": {"held_out_cases": SYNTHETIC_HELD_OUT_CASES[task]}}
-    return out
-
-
-@dataclass(frozen=True)
-class Run:
-    """One cell of the sweep."""
-
-    task: str
-    method: str
-    held_out: str
-    seed: int
-
-    @property
-    def run_id(self) -> str:
-        return f"{self.task}_{self.method}_{self.held_out}_seed{self.seed}"
-
-
-@dataclass
-class Protocol:
-    """What every run of a results folder shares (recorded in ``sweep.json``).
-
-    Attributes:
-        task: prostate or fundus.
-        overrides: nested feddg.yaml settings applied to every run (from ``--set``, the data root and layout).
-        simulator_args: flags passed to the simulator (``-gpu 0``).
-    """
-
-    task: str
-    overrides: dict[str, Any] = field(default_factory=dict)
-    simulator_args: list[str] = field(default_factory=list)
-
-    def settings(self) -> dict[str, Any]:
-        return {"task": self.task, "overrides": self.overrides, "simulator_args": self.simulator_args}
-
-
-def seed_overrides(experiment: dict[str, Any], seed: int) -> dict[str, Any]:
-    """The settings a run's seed sets: ``train.seed`` and every ``*_seed`` of a method's section; never
-    ``data.split_seed`` or ``data.synthetic.seed``."""
-    out: dict[str, Any] = {"train": {"seed": seed}}
-    for section, values in experiment.items():
-        if section in ("data", "train") or not isinstance(values, dict):
-            continue
-        seeds = {key: seed for key in values if key.endswith("_seed")}
-        if seeds:
-            out[section] = seeds
     return out
 
 
@@ -134,53 +99,48 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
     return seeds
 
 
-def run_overrides(protocol: Protocol, run: Run) -> dict[str, Any]:
-    """What the run changes in its job of the template: the protocol, the held-out site and the seed."""
-    from feddg.flare.registry import merge
-    from feddg.jobs import experiment
-
-    delta = merge(protocol.overrides, {"data": {"unseen_site": run.held_out}})
-    return merge(delta, seed_overrides(merge(experiment(run.task, run.method), delta), run.seed))
-
-
-def run_experiment(protocol: Protocol, run: Run) -> dict[str, Any]:
-    """The run's feddg.yaml content, validated (ConfigError naming the field otherwise)."""
-    from feddg.jobs import experiment
-
-    return experiment(run.task, run.method, run_overrides(protocol, run))
-
-
-def prepare_folder(out: Path, protocol: Protocol) -> None:
-    """Create ``out`` with its ``sweep.json``, or check that an existing one holds the same protocol."""
-    out.mkdir(parents=True, exist_ok=True)
-    if not read_json(out / SWEEP_FILE):
-        write_json(out / SWEEP_FILE, protocol.settings(), indent=2)
-        return
-    _check_protocol(out, protocol)
-
-
-def _check_protocol(out: Path, protocol: Protocol) -> None:
-    path = out / SWEEP_FILE
-    recorded = read_json(path)
-    for key, value in protocol.settings().items():
-        if recorded.get(key) != value:
-            raise ConfigError(f"{path}: this results folder was made with {key} = {json.dumps(recorded.get(key))}, "
-                              f"this sweep has {json.dumps(value)}; use another --out for another protocol")
-
-
 def plan(protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], seeds: Sequence[int]) -> list[Run]:
     """The runs, held-out sites outermost (an interrupted sweep leaves whole columns of the table); each validated
-    before anything runs (an unknown method, site or key fails here, naming it, and so does a protocol under which
-    a method would not act, e.g. GA with one round)."""
+    before anything runs (an unknown method, site or key fails here, naming it, and so do a setting the sweep sets
+    itself, e.g. ``train.seed``, and a protocol under which a method would not act, e.g. GA with one round)."""
     from feddg.config import config_from_dict
     from feddg.flare.registry import method
 
+    owned = owned_settings(protocol.overrides)
+    if owned:
+        raise ConfigError("; ".join(owned))
     runs = [Run(protocol.task, m, h, s) for h in held_out for m in methods for s in seeds]
     for run in runs:
         reason = method(run.method).inactive_reason(config_from_dict(run_experiment(protocol, run)))
         if reason:
             raise ConfigError(f"{run.method} would not act under this protocol ({run.run_id}): {reason}")
     return runs
+
+
+def check_real_data(protocol: Protocol, run: Run, report: Callable[[str], None] = print) -> None:
+    """With a data root in the protocol, the checks of ``feddg check-data`` (:func:`feddg.data.check.check_data`)
+    on the sites the runs use, once, before any run: ConfigError with the problems found, if any. The warnings are
+    reported, and so is the size the runs train at when the data's images are larger."""
+    from feddg.data.check import check_data, describe_shapes
+
+    data = run_experiment(protocol, run)["data"]
+    if not data.get("root"):
+        return
+    root, layout, size = data["root"], data["layout"], data["image_size"]
+    found = check_data(layout, Path(root), list(data["sites"]), data["task"])
+    problems = found["problems"]
+    if problems:
+        more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+        raise ConfigError(f"data.root {root}: the data check (feddg check-data --layout {layout} --root {root}) "
+                          f"found {len(problems)} problem(s), so no run was started: {'; '.join(problems[:3])}{more}")
+    for warning in found["warnings"]:
+        report(f"data warning: {warning}")
+    shapes = sorted({tuple(s) for site in found["sites"].values() for s in site["image_shapes"]})
+    side = max((max(s[:2]) for s in shapes), default=0)
+    if side > size:
+        report(f"the data's images are up to {side} px a side ({describe_shapes(shapes)}); the runs train at "
+               f"data.image_size = {size} px, every image resized to {size}x{size} (--set data.image_size=N to "
+               f"change it)")
 
 
 def _progress_round(ws: Path) -> int | None:
@@ -194,10 +154,15 @@ def _progress_round(ws: Path) -> int | None:
 PORT_RACE = "Address already in use"
 
 
+def simulate_command(job: Path, workspace: Path, simulator_args: Sequence[str]) -> list[str]:
+    """The command that runs one job: ``feddg simulate`` with the protocol's simulator flags after ``--``."""
+    return [sys.executable, "-m", "feddg.cli", "simulate", str(job), "-w", str(workspace), "--", *simulator_args]
+
+
 def execute(run: Run, protocol: Protocol, out: Path, timeout: float,
             report: Callable[[str], None] = print) -> dict[str, Any]:
     """Run one cell in the simulator (twice at most, see :data:`PORT_RACE`) and record its outcome in
-    ``out/runs/<id>/run.json``."""
+    ``out/runs/<id>/run.json``; :class:`Interrupted` after recording it when a stop signal came."""
     record = _execute_once(run, protocol, out, timeout, report)
     if record["status"] != "ok" and PORT_RACE in Path(record["log"]).read_text(errors="replace"):
         report(f"    {run.run_id}: the simulator lost a port to another process ({PORT_RACE}); running it again")
@@ -209,43 +174,77 @@ def execute(run: Run, protocol: Protocol, out: Path, timeout: float,
 
 def _execute_once(run: Run, protocol: Protocol, out: Path, timeout: float,
                   report: Callable[[str], None]) -> dict[str, Any]:
-    from feddg.jobs import experiment, write_job
-    from feddg.report import code_fingerprint
+    from feddg.jobs import write_job
 
     folder = out / "runs" / run.run_id
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    delta = run_overrides(protocol, run)
-    exp = experiment(run.task, run.method, delta)
-    job = write_job(folder, f"{run.task}_{run.method}", delta)
+    exp = run_experiment(protocol, run)
+    job = write_job(folder, f"{run.task}_{run.method}", run_overrides(protocol, run))
     ws, log = folder / "ws", folder / "simulate.log"
-    rounds = exp["train"]["rounds"]
-    command = [sys.executable, "-m", "feddg.cli", "simulate", str(job), "-w", str(ws), *protocol.simulator_args]
-    started = time.perf_counter()
-    status, reason = "ok", ""
-    with open(log, "w") as f:
-        proc = subprocess.Popen(command, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-        last = None
-        while proc.poll() is None:
-            elapsed = time.perf_counter() - started
-            if elapsed > timeout:
-                os.killpg(proc.pid, signal.SIGKILL)  # the group this sweep started: the simulator and its sites
-                proc.wait()
-                status, reason = "timeout", f"stopped after {timeout:.0f} s"
-                break
-            done = _progress_round(ws)
-            if done != last:
-                report(f"    {run.run_id}: {done or 0}/{rounds} rounds after {elapsed:.0f} s")
-                last = done
-            time.sleep(2)
-    wall = time.perf_counter() - started
+    with STOP_SIGNALS.deferred():  # from the start of the simulator to its record: a signal stops the run, then ends
+        started = time.perf_counter()
+        with open(log, "w") as f:
+            proc = subprocess.Popen(simulate_command(job, ws, protocol.simulator_args), stdout=f,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            status, reason = _supervise(proc, ws, timeout, run.run_id, exp["train"]["rounds"], report)
+        record = _outcome(run, protocol, exp, folder, status, reason, proc.returncode, time.perf_counter() - started)
+        write_json(folder / RUN_FILE, record, indent=2)
+        STOP_SIGNALS.raise_received(run.run_id if status == INTERRUPTED else None)
+    return record
+
+
+def _supervise(proc: subprocess.Popen, ws: Path, timeout: float, run_id: str, rounds: int,
+               report: Callable[[str], None]) -> tuple[str, str]:
+    """Wait for the simulator ``proc``, reporting its rounds, and stop it with every process it started when it runs
+    past ``timeout`` or a stop signal comes. Returns (status, reason): ``ok`` when it ended by itself (its exit code
+    and report decide later), ``timeout`` or ``interrupted``."""
+    started, last = time.perf_counter(), None
+    while proc.poll() is None:
+        elapsed = time.perf_counter() - started
+        signum = STOP_SIGNALS.received
+        if signum is not None or elapsed > timeout:
+            stuck = _stop(proc)
+            if signum is not None:
+                return INTERRUPTED, f"stopped by {signal.Signals(signum).name} after {elapsed:.0f} s{stuck}"
+            return "timeout", f"stopped after {timeout:.0f} s{stuck}"
+        done = _progress_round(ws)
+        if done != last:
+            report(f"    {run_id}: {done or 0}/{rounds} rounds after {elapsed:.0f} s")
+            last = done
+        time.sleep(POLL_S)
+    return "ok", ""
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    """Kill the simulator ``proc`` with every process it started (:func:`feddg.process_tree.kill_tree`) and reap it:
+    "" when all are gone within :data:`KILL_WAIT_S`, else a note naming those still there."""
+    from feddg.process_tree import kill_tree
+
+    left, _ = kill_tree(proc.pid, KILL_WAIT_S)
+    try:
+        proc.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        left = [proc.pid, *left]
+    return f"; process(es) {left} still there {KILL_WAIT_S:.0f} s after SIGKILL" if left else ""
+
+
+def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, status: str, reason: str,
+             returncode: int | None, wall: float) -> dict[str, Any]:
+    """The run's record: its cell, status, wall time, log, config, simulator flags and code; a run that ended by
+    itself is ``ok`` only with exit code 0 and a report, which the record then holds with the files the tables
+    need (the workspace, with its models, is removed; so is an interrupted run's)."""
+    from feddg.report import code_fingerprint
+
     record: dict[str, Any] = {"run": run.__dict__, "run_id": run.run_id, "status": status, "wall_s": round(wall, 1),
-                              "log": str(log), "config": exp, "code": code_fingerprint()}
+                              "log": str(folder / "simulate.log"), "config": exp,
+                              "simulator_args": list(protocol.simulator_args), "code": code_fingerprint()}
+    ws = folder / "ws"
     server = ws / SERVER_RUN
     report_json = read_json(server / "feddg_report.json")
-    if status == "ok" and (proc.returncode != 0 or not report_json):
-        status, reason = "failed", f"exit code {proc.returncode}" + ("" if report_json else ", no report written")
+    if status == "ok" and (returncode != 0 or not report_json):
+        status, reason = "failed", f"exit code {returncode}" + ("" if report_json else ", no report written")
     record.update(status=status, reason=reason)
     if status == "ok":
         record["report"] = report_json
@@ -255,8 +254,8 @@ def _execute_once(run: Run, protocol: Protocol, out: Path, timeout: float,
         for name in KEPT_FILES:  # what the tables and plots need; the workspace (models, logs) is removed
             if (server / name).exists():
                 shutil.copy(server / name, folder / name)
+    if status in ("ok", INTERRUPTED):
         shutil.rmtree(ws, ignore_errors=True)
-    write_json(folder / RUN_FILE, record, indent=2)
     return record
 
 
@@ -267,18 +266,6 @@ def case_scores_of(report: dict[str, Any]) -> dict[str, Any]:
     return {model: {site: {split: summary.get(CASES) for split, summary in entry.get("splits", {}).items()}
                     for site, entry in evaluation.get("sites", {}).items()}
             for model, evaluation in report.get("models", {}).items()}
-
-
-def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b), key=str):
-            if key not in a or key not in b:
-                return f"{path}/{key} is in one run only"
-            found = _first_difference(a[key], b[key], f"{path}/{key}")
-            if found:
-                return found
-        return None
-    return None if a == b else f"{path}: {a!r} then {b!r}"
 
 
 def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout: float, reproduce: bool,
@@ -316,10 +303,11 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
     if new.get("status") != "ok":
         raise ConfigError(f"reproduce check: {rid} did not finish with this code ({new.get('status')}: "
                           f"{new.get('reason')}); log tail:\n{kept}")
-    difference = _first_difference(case_scores_of(old["report"]), case_scores_of(new["report"]))
+    difference = first_difference(case_scores_of(old["report"]), case_scores_of(new["report"]))
     if difference:
         raise ConfigError(f"reproduce check: {rid} gives other per-case scores with code {current[:12]} "
-                          f"({difference}); this code cannot add runs to {out}: use another --out")
+                          f"({difference.describe('with the old code', 'with this code')}); this code cannot add "
+                          f"runs to {out}: use another --out")
     n_cases = sum(len(cases or {}) for sites in case_scores_of(new["report"]).values()
                   for splits in sites.values() for cases in splits.values())
     evidence.append({"run_id": rid, "from_code": old.get("code", "unknown"), "to_code": current,
@@ -344,43 +332,73 @@ def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run]) 
 
 def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], seeds: Sequence[int],
           timeout: float = 3600, retry_failed: bool = False, reproduce_check: bool = False, dry_run: bool = False,
-          report: Callable[[str], None] = print, after_run: Callable[[], None] | None = None) -> list[dict]:
+          move_aside: bool = False, report: Callable[[str], None] = print,
+          after_run: Callable[[], None] | None = None) -> list[dict]:
     """Run every cell not run yet; returns every cell's record (finished earlier or now; a dry run returns the
-    finished ones and runs nothing). It first prints the plan and its estimated machine time. ``after_run`` is
-    called after each run (the CLI rewrites the tables then, so an interrupted sweep leaves tables of what it
-    finished)."""
-    runs = plan(protocol, methods, held_out, seeds)  # every run valid before the folder is touched
-    if not dry_run:
-        prepare_folder(out, protocol)
-    elif (out / SWEEP_FILE).exists():
-        _check_protocol(out, protocol)
-    records: dict[str, dict] = {}
-    todo = []
+    finished ones and runs nothing). Before any run: every cell is validated, the data (with a data root) checked,
+    and the folder's record checked (its protocol, each run's config: :mod:`feddg.benchmark.record`; with
+    ``move_aside`` a run of another protocol is moved to ``OUT/aside/``); then the plan and its estimated machine
+    time are printed. ``after_run`` is called after each run (the CLI rewrites the tables then, so an interrupted
+    sweep leaves tables of what it finished). A stop signal ends it with :class:`Interrupted`; the folder's lock is
+    released on every way out."""
+    with handle_stop_signals():
+        runs = plan(protocol, methods, held_out, seeds)  # every run valid before the folder is touched
+        if move_aside or _split(runs, run_records(out), retry_failed)[1]:
+            check_real_data(protocol, runs[0], report)
+        if dry_run:
+            prepare_folder(out, protocol, report, write=False)
+            check_records(out, protocol, move_aside, report, write=False)
+            done, todo = _split(runs, run_records(out), retry_failed)
+            _report_plan(protocol, runs, done, todo, report)
+            return list(done.values())
+        Path(out).mkdir(parents=True, exist_ok=True)
+        with folder_lock(out, report):
+            prepare_folder(out, protocol, report)
+            check_records(out, protocol, move_aside, report)
+            folder = run_records(out)
+            done, todo = _split(runs, folder, retry_failed)
+            _report_plan(protocol, runs, done, todo, report)
+            if todo:
+                check_code(out, folder, protocol, timeout, reproduce_check, report)
+            _run_all(out, protocol, runs, done, todo, timeout, report, after_run)
+            return [done[r.run_id] for r in runs]
+
+
+def _split(runs: Sequence[Run], records: dict[str, dict], retry_failed: bool) -> tuple[dict[str, dict], list[Run]]:
+    """(run id -> record of each run that needs no new run, the runs to do): a run is done when it finished, or
+    failed or timed out and ``retry_failed`` is off; one without a record, or interrupted, is to do."""
+    done, todo = {}, []
     for run in runs:
-        record = read_json(out / "runs" / run.run_id / RUN_FILE)
-        if record and (record.get("status") == "ok" or not retry_failed):
-            records[run.run_id] = record
+        record = records.get(run.run_id) or {}
+        status = record.get("status")
+        if status == "ok" or (status and status != INTERRUPTED and not retry_failed):
+            done[run.run_id] = record
         else:
             todo.append(run)
-    per_run, source = estimate(protocol, records, todo)
+    return done, todo
+
+
+def _report_plan(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], todo: Sequence[Run],
+                 report: Callable[[str], None]) -> None:
+    per_run, source = estimate(protocol, done, todo)
     report(f"{len(runs)} runs, {len(runs) - len(todo)} done before, {len(todo)} to run: about "
            f"{per_run * len(todo) / 3600:.1f} machine-hours at {per_run:.0f} s per run ({source})")
-    if dry_run:
-        return list(records.values())
-    if todo:
-        folder = {p.parent.name: read_json(p) for p in sorted(out.glob(f"runs/*/{RUN_FILE}"))}
-        check_code(out, folder, protocol, timeout, reproduce_check, report)
-    walls = [r["wall_s"] for r in records.values() if r.get("status") == "ok"]
+
+
+def _run_all(out: Path, protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], todo: Sequence[Run],
+             timeout: float, report: Callable[[str], None], after_run: Callable[[], None] | None) -> None:
+    """Run ``todo`` in order, adding each record to ``done``, ``after_run`` after each (signals wait for its end)."""
+    walls = [r["wall_s"] for r in done.values() if r.get("status") == "ok"]
     for i, run in enumerate(todo):
         eta = f", about {(sum(walls) / len(walls)) * (len(todo) - i) / 60:.0f} min left" if walls else ""
         report(f"[{len(runs) - len(todo) + i + 1}/{len(runs)}] {run.run_id}{eta}")
         record = execute(run, protocol, out, timeout, report)
-        records[run.run_id] = record
+        done[run.run_id] = record
         note = f"{record['wall_s']:.0f} s" if record["status"] == "ok" else \
             f"{record['status'].upper()}: {record['reason']} (log {record['log']})"
         report(f"    {run.run_id}: {note}")
         if record["status"] == "ok":
             walls.append(record["wall_s"])
         if after_run is not None:
-            after_run()
-    return [records[r.run_id] for r in runs]
+            with STOP_SIGNALS.deferred():
+                after_run()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,8 @@ class _Coverage:
 
 
 class _SplitTally:
-    """Counts of one split folder ("all" for layouts without split folders), and its labelled pixels."""
+    """One split folder ("all" for layouts without split folders): its counts, labelled pixels, stored shapes,
+    intensities and label coverage."""
 
     def __init__(self, structures: tuple[str, ...]) -> None:
         self.structures = structures
@@ -93,12 +95,18 @@ class _SplitTally:
         self.slices = 0
         self.foreground = np.zeros(len(structures))  # labelled pixels per structure
         self.pixels = 0
+        self.shapes: set[tuple[int, ...]] = set()
+        self.stats = _Stats()
+        self.coverage = _Coverage(structures)
 
-    def add(self, labels: np.ndarray) -> None:
-        """One decoded record's labels, (n, L, H, W)."""
+    def add(self, shape: tuple[int, ...], image: np.ndarray, labels: np.ndarray) -> None:
+        """One decoded record: its stored shape, image and labels, (n, L, H, W)."""
         self.slices += labels.shape[0]
         self.foreground += labels.sum(axis=(0, 2, 3))
         self.pixels += labels.shape[0] * labels.shape[2] * labels.shape[3]
+        self.shapes.add(shape)
+        self.stats.add(image)
+        self.coverage.add(labels)
 
     def share(self) -> dict[str, float]:
         """Structure -> its share of all pixels of the split."""
@@ -107,15 +115,18 @@ class _SplitTally:
     def counts(self) -> dict[str, int]:
         return {"images": self.images, "cases": len(self.cases), "slices": self.slices}
 
+    def statistics(self) -> dict[str, Any]:
+        """The split's own stored shapes, intensities and label coverage (see :func:`check_data`)."""
+        return {"image_shapes": sorted(self.shapes), "intensity": self.stats.result(),
+                "labels": self.coverage.result()}
+
 
 def _check_site(layout: str, root: Path, site: str, structures: tuple[str, ...]) -> dict[str, Any]:
     """The report of one site (see :func:`check_data`)."""
     records, problems = scan_site(layout, root, site)
     warnings: list[DataWarning] = []
     splits: dict[str, _SplitTally] = {}
-    shapes: set[tuple[int, ...]] = set()
-    stats = _Stats()
-    coverage = _Coverage(structures)
+    pooled = _SplitTally(structures)  # the whole site
     for rec in records:
         tally = splits.setdefault(rec.split or "all", _SplitTally(structures))
         tally.images += 1
@@ -126,17 +137,15 @@ def _check_site(layout: str, root: Path, site: str, structures: tuple[str, ...])
             problems.append(e)
             continue
         warnings += d.warnings
-        shapes.add(d.shape)
-        stats.add(d.image)
-        tally.add(d.labels)
-        coverage.add(d.labels)
+        tally.add(d.shape, d.image, d.labels)
+        pooled.add(d.shape, d.image, d.labels)
     for split, tally in splits.items():
         warnings += foreground_warnings(layout, site, split, tally.share())
+    ordered = sorted(splits.items(), key=lambda kv: _SPLIT_ORDER.get(kv[0], 9))
     return {
-        "splits": {k: v.counts() for k, v in sorted(splits.items(), key=lambda kv: _SPLIT_ORDER.get(kv[0], 9))},
-        "image_shapes": sorted(shapes),
-        "intensity": stats.result(),
-        "labels": coverage.result(),
+        "splits": {k: v.counts() for k, v in ordered},
+        **pooled.statistics(),
+        "split_statistics": {k: v.statistics() for k, v in ordered},
         "problems": [str(p) for p in problems],
         "warnings": [str(w) for w in warnings],
     }
@@ -159,8 +168,9 @@ def check_data(layout: str, root: Path, sites: list[str] | None = None, task: st
         sites), "sites": {site: {"splits": {split: {"images": files/volumes, "cases": distinct cases, "slices": 2D
         slices}}, "image_shapes": [stored shape, ...], "intensity": {"min", "max", "mean", "std"} | None,
         "labels": {structure: {"with_foreground": share of 2D slices containing it, "mean_fraction": mean share of
-        its pixels}}, "problems": [str, ...], "warnings": [str, ...]}}}``. Split ``"all"`` stands for layouts without
-        split folders.
+        its pixels}}, "split_statistics": {split: {"image_shapes", "intensity", "labels"} of that split alone},
+        "problems": [str, ...], "warnings": [str, ...]}}}``; the site's shapes, intensity and labels are over all its
+        splits. Split ``"all"`` stands for layouts without split folders.
     """
     root = Path(root)
     report: dict[str, Any] = {
@@ -202,26 +212,37 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.3g}%"
 
 
+SHAPES_LISTED = 3  # more distinct image shapes than this are summarised (count, smallest, largest)
+
+
+def describe_shapes(shapes: Sequence[Sequence[int]]) -> str:
+    """Stored image shapes as text: each of up to :data:`SHAPES_LISTED` (``"384x384, 512x512"``), or a summary of
+    more (``"37 sizes from 128x128 to 800x800"``, the smallest and largest by pixel count); "-" for none."""
+    ordered = sorted({tuple(s) for s in shapes}, key=lambda s: (math.prod(s), s))
+    names = ["x".join(map(str, s)) for s in ordered]
+    if len(names) <= SHAPES_LISTED:
+        return ", ".join(names) or "-"
+    return f"{len(names)} sizes from {names[0]} to {names[-1]}"
+
+
 def format_report(report: dict[str, Any]) -> str:
-    """A plain-text table of a :func:`check_data` report, then the warnings and the problems, each under a heading."""
+    """A plain-text table of a :func:`check_data` report, a row per site and split with that split's own counts,
+    shapes, intensities and labels, then the warnings and the problems, each under a heading."""
     lines = [f"data check: layout {report['layout']}, task {report['task']}, root {report['root']}"]
     header = ["site", "split", "images", "cases", "slices", "shapes", "min", "max", "mean", "std", "labels"]
     rows = [header]
     for site, r in report["sites"].items():
-        it = r["intensity"] or {}
-        shapes = ", ".join("x".join(map(str, s)) for s in r["image_shapes"]) or "-"
-        labels = "; ".join(
-            f"{name}: {_pct(v['with_foreground'])} of slices, {_pct(v['mean_fraction'])} of pixels"
-            for name, v in r["labels"].items()
-        )
         splits = r["splits"] or {"-": {"images": 0, "cases": 0, "slices": 0}}
         for i, (split, c) in enumerate(splits.items()):
-            first = i == 0
-            rows.append([
-                site if first else "", split, str(c["images"]), str(c["cases"]), str(c["slices"]),
-                shapes if first else "", _fmt(it.get("min")) if first else "", _fmt(it.get("max")) if first else "",
-                _fmt(it.get("mean")) if first else "", _fmt(it.get("std")) if first else "", labels if first else "",
-            ])
+            own = r.get("split_statistics", {}).get(split, {})
+            it = own.get("intensity") or {}
+            labels = "; ".join(
+                f"{name}: {_pct(v['with_foreground'])} of slices, {_pct(v['mean_fraction'])} of pixels"
+                for name, v in (own.get("labels") or {}).items()
+            )
+            rows.append([site if i == 0 else "", split, str(c["images"]), str(c["cases"]), str(c["slices"]),
+                         describe_shapes(own.get("image_shapes", [])), _fmt(it.get("min")), _fmt(it.get("max")),
+                         _fmt(it.get("mean")), _fmt(it.get("std")), labels or "-"])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for j, row in enumerate(rows):
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())

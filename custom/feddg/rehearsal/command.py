@@ -55,6 +55,7 @@ from feddg.flare.timings import TIMINGS_FILE, read_timings
 from feddg.jobs import TASK_DEFAULTS, override_job, write_job
 from feddg.poc import (POC, RehearsalError, _launch, admin, download, server_errors, stop, stop_processes, submit,
                        wait)
+from feddg.process_tree import send
 from feddg.provisioning import ADMIN_PORT, FED_LEARN_PORT, PROJECT_ADMIN, hospital_admins, project
 from feddg.rehearsal.network import DEFAULT_SUBNET, NetworkError, RehearsalNetwork, check_subnet, require_privileges
 from feddg.report import format_table
@@ -524,13 +525,13 @@ def server_restart(r: Rehearsal, timeout: float) -> DrillOutcome:
     run_dir = server_run_dir(r, job_id)
     server_tree = _tree(r.server_process)
     for proc in server_tree:
-        _signal(proc, signal.SIGSTOP)
+        send(proc, signal.SIGSTOP)
     done = rounds_completed(r, job_id)
     had_history = any(run_dir.rglob(GA_HISTORY))  # the method keeps a history the resumed job must continue
     kept = [run_dir, *(p for p in r.job_store.iterdir() if p.is_dir() and p.name != job_id)]
     before = _checksums(kept)
     for proc in server_tree:
-        _signal(proc, signal.SIGKILL)
+        send(proc, signal.SIGKILL)
     psutil.wait_procs(server_tree, timeout=30)
     r.poc.processes.remove(r.server_process)
     r.server_process.wait(timeout=30)
@@ -625,13 +626,6 @@ def _tree(proc: subprocess.Popen) -> list[psutil.Process]:
         return [parent, *parent.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
-
-
-def _signal(proc: psutil.Process, sig: int) -> None:
-    try:
-        proc.send_signal(sig)
-    except psutil.NoSuchProcess:
-        pass
 
 
 def _checksums(folders: list[Path]) -> dict[str, str]:

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import psutil
 
+from feddg.process_tree import alive
+
 REHEARSAL_RANGE = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544: benchmark networks only
 DEFAULT_SUBNET = "198.18.0.0/24"
 STATE_FILE = "network.json"
@@ -225,7 +227,7 @@ class RehearsalNetwork:
                     pass
             deadline = time.monotonic() + timeout
             while pids and time.monotonic() < deadline:
-                pids = [pid for pid in pids if Path(f"/proc/{pid}").exists() and _alive(pid)]
+                pids = [pid for pid in pids if Path(f"/proc/{pid}").exists() and alive(pid)]
                 time.sleep(0.2)
             if not pids:
                 return
@@ -334,14 +336,6 @@ def _nat_problems(subnet: ipaddress.IPv4Network) -> list[str]:
     base = str(subnet.network_address).rsplit(".", 2)[0]
     return [f"NAT rule: {line}" for line in rules.splitlines()
             if line.startswith("-A") and (base in line or "MASQUERADE" in line)]
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie, waiting for its parent to reap it, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _write_if_present(path: str, value: str) -> None:

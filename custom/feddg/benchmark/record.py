@@ -1,0 +1,184 @@
+"""A results folder's record of itself, checked rather than trusted.
+
+``OUT/sweep.json`` holds the protocol every run shares (and the code evidence of reproduce checks);
+``OUT/runs/<run id>/run.json`` each run's outcome with its own config; ``OUT/.sweep.lock`` the sweep working on
+the folder. A sweep adds runs to a folder only when its protocol is the folder's (:func:`prepare_folder`) and every
+run in the folder is a run of that protocol (:func:`check_records`); a ``sweep.json`` that is missing or damaged is
+rebuilt from what the runs show, or the folder is refused; never is it replaced by a new command line. One sweep
+works on a folder at a time (:func:`folder_lock`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from feddg.benchmark.protocol import Protocol, protocol_difference, protocol_from_runs, run_mismatch
+from feddg.config import ConfigError
+from feddg.jsonfile import read_json, write_json
+
+RUN_FILE = "run.json"
+SWEEP_FILE = "sweep.json"
+LOCK_FILE = ".sweep.lock"
+INTERRUPTED = "interrupted"  # the status of a run a signal stopped: not a result, run again on resume
+ASIDE_DIR = "aside"  # where --move-aside-mismatched puts runs that are not of the folder's protocol
+PROTOCOL_KEYS = {"task": str, "overrides": dict, "simulator_args": list}
+
+Report = Callable[[str], None]
+
+
+def run_records(out: Path) -> dict[str, dict[str, Any]]:
+    """Folder name -> record, for every ``runs/<name>/run.json`` of ``out`` that can be read, in name order (one
+    that cannot is no record: its run counts as not run)."""
+    found = {path.parent.name: read_json(path) for path in sorted(Path(out).glob(f"runs/*/{RUN_FILE}"))}
+    return {name: record for name, record in found.items() if record}
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ---------------------------------------------------------------------------------------------------- the protocol
+
+
+def recorded_protocol(out: Path) -> tuple[dict[str, Any] | None, str]:
+    """The folder's protocol settings and, when they do not come from ``sweep.json``, why: the file is missing or
+    damaged and they were rebuilt from the runs (:func:`~feddg.benchmark.protocol.protocol_from_runs`). (None, "")
+    for a folder with neither. ConfigError naming the file when it is missing or damaged and the runs cannot show
+    the protocol."""
+    path = Path(out) / SWEEP_FILE
+    recorded = read_json(path)
+    if all(isinstance(recorded.get(key), kind) for key, kind in PROTOCOL_KEYS.items()):
+        return recorded, ""
+    records = run_records(out)
+    if not records:
+        return None, ""
+    state = "is damaged" if path.exists() else "is missing"
+    try:
+        protocol = protocol_from_runs(records)
+    except ConfigError as e:
+        raise ConfigError(f"{path} {state} and cannot be rebuilt from the folder's {len(records)} run(s): {e}; "
+                          f"use another --out") from None
+    return protocol.settings(), f"it {state}: rebuilt from the folder's {len(records)} run(s)"
+
+
+def prepare_folder(out: Path, protocol: Protocol, report: Report = print, write: bool = True) -> None:
+    """Create ``out`` with this protocol's ``sweep.json``, or check that the folder holds the same protocol
+    (ConfigError naming the first differing setting and both values). A ``sweep.json`` rebuilt from the runs is
+    written, with a note, only when this protocol is the same; its ``code_evidence`` is kept whenever it can be
+    read. ``write=False`` (a dry run) checks and writes nothing."""
+    path = Path(out) / SWEEP_FILE
+    recorded, rebuilt = recorded_protocol(out)
+    if recorded is not None:
+        difference = protocol_difference(recorded, protocol)
+        if difference:
+            raise ConfigError(f"{path}{f' ({rebuilt})' if rebuilt else ''}: this results folder holds another "
+                              f"protocol: {difference}; use another --out for another protocol")
+    if not write or (recorded is not None and not rebuilt):
+        return
+    Path(out).mkdir(parents=True, exist_ok=True)
+    kept = {k: v for k, v in read_json(path).items() if k == "code_evidence"}
+    if recorded is None:
+        if path.exists():
+            report(f"note: {path} is damaged and the folder holds no run: written for this sweep")
+        write_json(path, {**protocol.settings(), **kept}, indent=2)
+        return
+    report(f"note: {path} {rebuilt}")
+    write_json(path, {**recorded, "rebuilt_from_runs": _utc_now(), **kept}, indent=2)
+
+
+# ------------------------------------------------------------------------------------------------------ the runs
+
+
+def check_records(out: Path, protocol: Protocol, move_aside: bool = False, report: Report = print,
+                  write: bool = True) -> None:
+    """Refuse a folder holding a run that is not a run of ``protocol`` (its folder name, task, simulator flags and
+    config checked by :func:`~feddg.benchmark.protocol.run_mismatch`): ConfigError naming the run and its first
+    differing setting with both values. With ``move_aside`` such runs are moved to ``OUT/aside/`` instead, each
+    with a line; ``write=False`` (a dry run) only says what would be moved."""
+    mismatched = {name: why for name, record in run_records(out).items()
+                  if (why := run_mismatch(protocol, name, record))}
+    if not mismatched:
+        return
+    if not move_aside:
+        name, why = next(iter(mismatched.items()))
+        raise ConfigError(f"{out}: {len(mismatched)} run(s) were not made under this folder's protocol, first "
+                          f"{name}: {why}; use another --out, or --move-aside-mismatched to move them to "
+                          f"{Path(out) / ASIDE_DIR}")
+    for name, why in mismatched.items():
+        if not write:
+            report(f"would move {name} to {ASIDE_DIR}/ ({why})")
+            continue
+        target = _free_name(Path(out) / ASIDE_DIR / name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(Path(out) / "runs" / name), target)
+        report(f"moved {name} to {target} ({why})")
+
+
+def _free_name(path: Path) -> Path:
+    """``path``, or ``path.2``, ``path.3``, ... : the first that does not exist."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}.{n}")
+    return candidate
+
+
+# ------------------------------------------------------------------------------------------------------ the lock
+
+
+@contextmanager
+def folder_lock(out: Path, report: Report = print) -> Iterator[None]:
+    """Hold ``out/.sweep.lock`` (this process's pid and host) for the block; the folder must exist. ConfigError
+    naming the holder when another sweep that still runs (or one on another host, which cannot be checked) holds
+    it; a lock left by a process of this host that no longer runs is taken over with a note. Released on every way
+    out of the block."""
+    path = Path(out) / LOCK_FILE
+    with _exclusive(Path(out)):  # two sweeps starting together: one takes the lock, the other sees it taken
+        holder = read_json(path) if path.exists() else None
+        if holder is not None:
+            refusal = _refusal(path, holder)
+            if refusal:
+                raise ConfigError(refusal)
+            report(f"note: {path} was left by pid {holder['pid']} on {holder['host']}, which no longer runs; "
+                   f"taking it over")
+        mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": _utc_now()}
+        write_json(path, mine)
+    try:
+        yield
+    finally:
+        if read_json(path) == mine:
+            path.unlink(missing_ok=True)
+
+
+@contextmanager
+def _exclusive(folder: Path) -> Iterator[None]:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def _refusal(path: Path, holder: dict[str, Any]) -> str | None:
+    """Why the lock ``holder`` (the content of ``path``) keeps this sweep out, or None when it may be taken over
+    (its process, on this host, no longer runs)."""
+    from feddg.process_tree import alive
+
+    pid, host = holder.get("pid"), holder.get("host")
+    where = f"{path.parent} is in use by another sweep (pid {pid} on host {host}, since {holder.get('since')})"
+    if not isinstance(pid, int) or not isinstance(host, str):
+        return f"{path} cannot be read: a sweep may be working on {path.parent}; remove the file if none is"
+    if host != socket.gethostname():
+        return f"{where}; its process cannot be checked from here: remove {path} if that sweep has ended"
+    if alive(pid):
+        return f"{where}: one sweep works on a folder at a time; wait for it to end, or stop it"
+    return None
