@@ -227,7 +227,8 @@ def test_the_plan_prints_its_machine_time_and_a_dry_run_runs_nothing(tmp_path, m
     assert ran == [] and not (tmp_path / "new").exists()
     # 12 runs x 30 rounds x 2 s = 720 s = 0.2 h
     assert lines == ["12 runs, 0 done before, 12 to run: about 0.2 machine-hours at 60 s per run (the pilot's "
-                     "2.0 s per round on a 2-core CPU x 30 rounds)"]
+                     "2.0 s per FedAvg round on a 2-core CPU x 30 rounds; methods with heavier local training take "
+                     "longer)"]
 
 
 # -- the tables with seeds as the unit -----------------------------------------------------------------------------

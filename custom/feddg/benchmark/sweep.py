@@ -327,7 +327,8 @@ def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run]) 
     per_round = PILOT_SECONDS_PER_ROUND.get(protocol.task)
     if not per_round:
         return 0.0, "no estimate: no finished run and no pilot for this task"
-    return per_round * rounds, f"the pilot's {per_round:.1f} s per round on a 2-core CPU x {rounds} rounds"
+    return per_round * rounds, (f"the pilot's {per_round:.1f} s per FedAvg round on a 2-core CPU x {rounds} rounds; "
+                                f"methods with heavier local training take longer")
 
 
 def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], seeds: Sequence[int],
