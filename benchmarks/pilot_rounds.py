@@ -4,14 +4,14 @@ round, run long, and the round after which the last 20 % of rounds gain less tha
     python benchmarks/pilot_rounds.py --task prostate [--rounds 100] [--held-out RUNMC,HK] [--seeds 0]
                                       [--local-epochs 1] [--gain 0.01] [--out benchmarks/results/pilot_rounds]
 
-Each run is a leave-one-site-out cell of the sweep (:mod:`feddg.benchmark.sweep`, the same job, seeds and
-simulator) with ``train.rounds = --rounds`` and ``train.local_epochs = --local-epochs``; its record (with every
-round's validation Dice and the wall time) is written to ``OUT/<task>/runs/<id>/run.json`` as soon as it finishes
-(a pilot that is stopped resumes from there). The curve is the mean over the pilot's runs of the training sites'
-mean validation Dice of the model each round received; its envelope ``c`` (the best so far of the 5-round trailing
-mean) removes the round-to-round noise. The chosen number of rounds is the smallest ``R`` such that every run length from ``R`` to the pilot's own
-gains less than ``gain`` in its last fifth, ``c[R'-1] - c[ceil(0.8 R') - 1] < gain`` (an early plateau that the
-curve leaves again does not count). Writes ``OUT/<task>/pilot.json`` (every number, the
+Each run is a leave-one-site-out cell of the sweep (:mod:`feddg.benchmark.sweep`, the same job, seeds and simulator)
+with ``train.rounds = --rounds`` and ``train.local_epochs = --local-epochs``; its record (with every round's
+validation Dice and the wall time) is written to ``OUT/<task>/runs/<id>/run.json`` as soon as it finishes (a pilot
+that is stopped resumes from there). The curve is the mean over the pilot's runs of the training sites' mean
+validation Dice of the model each round received; its envelope ``c`` (the best so far of the 5-round trailing mean)
+removes the round-to-round noise. The chosen number of rounds is the smallest ``R`` such that every run length from
+``R`` to the pilot's own gains less than ``gain`` in its last fifth, ``c[R'-1] - c[ceil(0.8 R') - 1] < gain`` (an
+early plateau that the curve leaves again does not count). Writes ``OUT/<task>/pilot.json`` (every number, the
 command, the machine) and ``pilot.md`` / ``pilot.png`` made from it.
 """
 
