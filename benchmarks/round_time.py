@@ -259,11 +259,13 @@ def main(argv: list[str] | None = None) -> int:
                "paper": args.paper, "cases_per_site": args.cases_per_site, "site_processes": site_processes,
                "task_request_interval": TASK_REQUEST_INTERVAL, "federated": federated,
                "federated_summary": summary(federated, local), "local": local}
+    # The raw measurements first: a formatting error must not lose minutes of measuring.
+    (out / "round_time.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     m = results["machine"]
     lines = [f"# Round time: {args.job}, {args.rounds} rounds{' (paper size)' if args.paper else ''}", "",
              f"`{command}` on {m['cpu']} ({m['cores']} cores{', ' + m['gpu'] if 'gpu' in m else ''}), "
-             f"torch {m['torch']}; {site_processes} site processes at once. Seconds; the site columns are the "
-             f"slowest site's (largest validation + training).", "",
+             f"torch {results['versions']['torch']}; {site_processes} site processes at once. Seconds; the site "
+             f"columns are the slowest site's (largest validation + training).", "",
              f"Whole simulator run: {federated['wall_s']:.1f} s. NVFlare task_request_interval "
              f"{TASK_REQUEST_INTERVAL} s.", "", round_table(federated["rounds"], local), ""]
     s = results["federated_summary"]
@@ -282,7 +284,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"Whole run {compared['wall_s']:.1f} s (vs {federated['wall_s']:.1f} s); mean round "
                   f"{c['round_s']:.2f} s (vs {s['round_s']:.2f} s), orchestration {c['orchestration_s']:.2f} s "
                   f"(vs {s['orchestration_s']:.2f} s).", "", round_table(compared["rounds"], None), ""]
-    (out / "round_time.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (out / "round_time.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0

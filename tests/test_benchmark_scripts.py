@@ -1,0 +1,52 @@
+"""Every timing script under benchmarks/ runs end to end on a tiny setting: a benchmark nobody runs breaks unseen
+(round_time.py died with KeyError after 7.6 minutes of measuring, before writing anything)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow
+
+
+def _run(script: str, *args: str, cache: Path, timeout: float = 600) -> str:
+    env = {**os.environ, "FEDDG_CACHE": str(cache)}
+    result = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_gradalign_time(tmp_path):
+    out = _run("gradalign_time.py", "--sites", "3", "--repeats", "1", cache=tmp_path)
+    assert "ratio aligned / plain" in out
+
+
+def test_augmentation_time(tmp_path):
+    out = _run("augmentation_time.py", "--job", "fundus_fedavg", "--repeats", "1", cache=tmp_path)
+    assert "batched on the device" in out and "no augmentation" in out
+
+
+def test_elcfs_time(tmp_path):
+    out = _run("elcfs_time.py", "--task", "fundus", "--steps", "1", "--repeats", "1", cache=tmp_path)
+    assert "elcfs n_t=1" in out
+
+
+def test_elcfs_boundary_ablation(tmp_path):
+    out = _run("elcfs_boundary_ablation.py", "--task", "fundus", "--epochs", "1", cache=tmp_path)
+    assert "episodic + boundary" in out
+
+
+def test_round_time_writes_its_measurements(tmp_path):
+    _run("round_time.py", "--job", "fundus_fedavg", "--rounds", "1", "--skip-local", "--out", str(tmp_path / "rt"),
+         cache=tmp_path / "cache")
+    results = json.loads((tmp_path / "rt" / "round_time.json").read_text())
+    assert results["rounds"] == 1 and len(results["federated"]["rounds"]) == 1
+    assert "torch " + results["versions"]["torch"] in (tmp_path / "rt" / "round_time.md").read_text()
