@@ -131,14 +131,14 @@ def cells(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[str, 
 
 
 def seed_dice(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[int, float]]:
-    """(method, held-out site) -> {seed: held-out Dice (mean over the structures)} of every finished run."""
-    dice: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)
-    for r in records:
-        summary = held_out_summary(r)
-        if summary is not None:
-            dice[(r["run"]["method"], r["run"]["held_out"])][int(r["run"]["seed"])] = float(
-                np.mean([summary[n]["dice"]["mean"] for n in label_names(r)]))
-    return {k: dict(sorted(v.items())) for k, v in sorted(dice.items())}
+    """(method, held-out site) -> {seed: held-out Dice (mean over the structures)} of every finished run, read from
+    :func:`cells` (whose values are in seed order)."""
+    out = {}
+    for key, cell in sorted(cells(records).items()):
+        per_structure = [v for (view, metric), v in cell["values"].items() if metric == "dice" and view != "mean"]
+        if cell["seeds"]:
+            out[key] = dict(sorted((int(s), float(np.mean(v))) for s, *v in zip(cell["seeds"], *per_structure)))
+    return out
 
 
 def seed_spread(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict[int, float]]:
