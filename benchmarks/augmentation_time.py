@@ -69,10 +69,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from feddg.config import load_config
+    from feddg.flare.registry import load_experiment
     from feddg.data.dataset import load_site, make_loader
 
-    cfg = load_config(JOBS / args.job / "app" / "config" / "feddg.yaml")
+    cfg = load_experiment(JOBS / args.job / "app" / "config" / "feddg.yaml")
     site = args.site or cfg.data.train_sites[0]
     train = load_site(cfg.data, site)["train"]
     t = cfg.train

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 from feddg.data.dataset import load_site, make_loader
 from feddg.evaluation import evaluate_sliceset, mean_dice
 from feddg.flare.elcfs.payloads import amplitude_half_widths
@@ -25,7 +25,7 @@ from feddg.methods.boundary import boundary_loss
 from feddg.methods.episodic import train_episodic
 from feddg.methods.frequency import amplitude_window
 from feddg.nets.unet import build_model, select_device
-from feddg.training import iterate_batches, segmentation_loss, train_epochs
+from feddg.training import iterate_batches, local_optimizer, segmentation_loss, train_epochs
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--site", default=None, help="default: the first training site")
     parser.add_argument("--epochs", type=int, default=10)
     args = parser.parse_args()
-    cfg = config_from_dict(experiment(args.task, "elcfs"))
+    cfg = experiment_from_dict(experiment(args.task, "elcfs"))
     args.site = args.site or cfg.data.train_sites[0]
     device = select_device()
     data = load_site(cfg.data, args.site)
@@ -64,7 +64,7 @@ def main() -> None:
     for name, spec in variants.items():
         torch.manual_seed(cfg.train.seed)
         model = build_model(cfg).to(device)
-        opt = torch.optim.Adam(model.parameters(), cfg.train.lr, betas=(0.9, 0.99))
+        opt = local_optimizer(model.parameters(), cfg.train.lr)
         loader = make_loader(data["train"], cfg.train.batch_size, shuffle=True, augment=True, seed=0)
         start = time.perf_counter()
         if spec is None:

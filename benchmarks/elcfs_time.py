@@ -18,7 +18,7 @@ import time
 
 import torch
 
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 from feddg.data.dataset import load_site, make_loader
 from feddg.flare.elcfs.payloads import amplitude_half_widths
 from feddg.jobs import experiment
@@ -26,7 +26,7 @@ from feddg.methods.boundary import boundary_loss
 from feddg.methods.episodic import train_episodic, transformed_views
 from feddg.methods.frequency import amplitude_window
 from feddg.nets.unet import build_model, select_device
-from feddg.training import segmentation_loss, train_epochs
+from feddg.training import local_optimizer, segmentation_loss, train_epochs
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    cfg = config_from_dict(experiment(args.task, "elcfs"))
+    cfg = experiment_from_dict(experiment(args.task, "elcfs"))
     device = select_device()
     sites = cfg.data.train_sites
     site = args.site or sites[0]
@@ -56,11 +56,11 @@ def main() -> None:
 
     def fedavg() -> None:
         model = copy.deepcopy(start)
-        train_epochs(model, batches, torch.optim.Adam(model.parameters(), 1e-3, betas=(0.9, 0.99)), 1, device)
+        train_epochs(model, batches, local_optimizer(model.parameters(), 1e-3), 1, device)
 
     def elcfs(n_t: int) -> None:
         model = copy.deepcopy(start)
-        train_episodic(model, batches, torch.optim.Adam(model.parameters(), 1e-3, betas=(0.9, 0.99)), device, bank,
+        train_episodic(model, batches, local_optimizer(model.parameters(), 1e-3), device, bank,
                        site, segmentation_loss(),
                        lambda f, y, v: boundary_loss(f, y, v, e.temperature, e.dilation_iterations,
                                                      e.contrast_denominator),

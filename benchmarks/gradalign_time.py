@@ -14,7 +14,7 @@ import time
 import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 from feddg.flare.gradalign.aggregator import GradientAlignmentAggregator
 from feddg.jobs import experiment
 from feddg.nets.unet import build_model
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--sites", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    shapes = {k: v.shape for k, v in build_model(config_from_dict(experiment("prostate", "gradalign"))).state_dict().items()}
+    shapes = {k: v.shape for k, v in build_model(experiment_from_dict(experiment("prostate", "gradalign"))).state_dict().items()}
     rng = np.random.default_rng(0)
     updates = [{k: rng.normal(scale=1e-3, size=s).astype(np.float32) for k, s in shapes.items()}
                for _ in range(args.sites)]

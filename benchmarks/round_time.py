@@ -32,18 +32,17 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from statistics import mean
 from typing import Any
 
-from feddg.compute import SITE_PROCESSES_ENV, available_cores
+from feddg.benchmark.launch import SimulatorRun, run_simulator
+from feddg.compute import SITE_PROCESSES_ENV
+from feddg.flare.constants import SIMULATOR_JOB
 from feddg.flare.timings import TIMINGS_FILE, read_timings
 from feddg.report import machine_info, software_versions
-
-SIMULATE_JOB = "simulate_job"  # the simulator's run folder name
 
 
 # ------------------------------------------------------------------------------------------------ the job
@@ -73,14 +72,11 @@ def run_federated(job_dir: Path, workspace: Path, simulator_args: list[str], tim
         shutil.rmtree(workspace)
     workspace.parent.mkdir(parents=True, exist_ok=True)
     log = workspace.parent / f"{workspace.name}.log"
-    started = time.perf_counter()
-    with open(log, "w") as f:
-        proc = subprocess.run([sys.executable, "-m", "feddg.cli", "simulate", str(job_dir), "-w", str(workspace),
-                               *simulator_args], stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
-    wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"the simulator run failed (exit {proc.returncode}); see {log}")
-    return {"wall_s": wall, "log": str(log), **breakdown(workspace)}
+    # the shared launcher: its own session, and on a timeout every process it started is stopped, site workers too
+    ended = run_simulator(SimulatorRun(job_dir, workspace, log, simulator_args), timeout)
+    if ended.status != "ok" or ended.returncode != 0:
+        raise RuntimeError(f"the simulator run {ended.reason or f'failed (exit {ended.returncode})'}; see {log}")
+    return {"wall_s": ended.wall_s, "log": str(log), **breakdown(workspace)}
 
 
 # ------------------------------------------------------------------------------------------------ the breakdown
@@ -88,11 +84,11 @@ def run_federated(job_dir: Path, workspace: Path, simulator_args: list[str], tim
 
 def breakdown(workspace: Path) -> dict[str, Any]:
     """Per-round figures from the timings files of a simulator workspace."""
-    server = read_timings(workspace / "server" / SIMULATE_JOB / TIMINGS_FILE)
+    server = read_timings(workspace / "server" / SIMULATOR_JOB / TIMINGS_FILE)
     if not server:
         raise RuntimeError(f"no server timings under {workspace}: did the job run its rounds?")
     sites: dict[str, dict[int, dict]] = {}
-    for path in sorted(workspace.glob(f"*/{SIMULATE_JOB}/feddg_site_state/{TIMINGS_FILE}")):
+    for path in sorted(workspace.glob(f"*/{SIMULATOR_JOB}/feddg_site_state/{TIMINGS_FILE}")):
         sites[path.parts[-4]] = {r["round"]: r for r in read_timings(path) if r.get("task") == "train"}
     rounds = []
     for s in server:
@@ -140,14 +136,14 @@ def _local_site(job_dir: str, site: str, rounds: int, barrier, queue) -> None:
     from feddg.nets.unet import build_model, select_device
     from feddg.precision import Precision
     from feddg.seeds import round_seed
-    from feddg.training import train_epochs
+    from feddg.training import local_optimizer, train_epochs
 
     apply_thread_budget()
     cfg = load_config(Path(job_dir) / "app" / "config" / "feddg.yaml")
     device = select_device()
     data = load_site(cfg.data, site)
     model = build_model(cfg).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.99))
+    optimizer = local_optimizer(model.parameters(), cfg.train.lr)
     precision = Precision(cfg.train.amp, device)
     for r in range(rounds):
         barrier.wait(timeout=3600)
@@ -236,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     job_dir = write_benchmark_job(out / "jobs", args.job, args.rounds, args.paper, args.cases_per_site)
-    from feddg.cli import simulator_threads
+    from feddg.simulate import simulator_threads
     from feddg.flare.constants import TASK_REQUEST_INTERVAL
 
     _, site_processes = simulator_threads(job_dir, simulator_args)

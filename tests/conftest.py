@@ -57,3 +57,40 @@ def synthetic_root(tmp_path_factory):
         generate(task, out, SyntheticConfig(**tiny_synthetic(task)))
         roots[task] = out
     return roots
+
+
+LOOPBACK_SITES = ["BIDMC", "BMC", "RUNMC"]
+
+
+@pytest.fixture(scope="session")
+def loopback_kits(tmp_path_factory):
+    """Real kits of a loopback project (``nvflare poc prepare`` with the consortium's project and the site policy),
+    not started: the server's, every hospital's and every admin's kit, for tests that check kits and roles."""
+    from feddg.poc import prepare
+
+    return prepare(tmp_path_factory.mktemp("loopback_kits") / "poc", "prostate", LOOPBACK_SITES)
+
+
+def lead_kit_to_closed_port(kits, folder: Path) -> tuple[Path, int]:
+    """A copy of the loopback project's lead admin kit in ``folder`` whose server address is a closed loopback
+    port: (the kit, the port)."""
+    import json
+    import shutil
+
+    kit = Path(folder) / "lead_kit"
+    shutil.copytree(kits.kit(kits.lead), kit)
+    config = kit / "startup" / "fed_admin.json"
+    admin = json.loads(config.read_text())
+    port = closed_port()
+    admin["admin"].update(host="127.0.0.1", port=port)
+    config.write_text(json.dumps(admin))
+    return kit, port
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, read, and closed again)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,4 +1,4 @@
-"""The README's benchmark tables are generated from the committed results.md, never typed."""
+"""The benchmark page's tables (docs/benchmark.md) are generated from the committed results.md, never typed."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from feddg.benchmark.readme import dice_sections, main, quote
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "benchmark.md"
 RESULTS = """# Leave-one-site-out benchmark: fundus
 
 Protocol (every run): `{}`; 2 of 2 runs finished; scores of the held-out site's test cases.
@@ -49,14 +50,17 @@ def test_the_dice_sections_and_the_protocol_are_quoted_and_nothing_else():
 def test_a_block_is_rewritten_between_its_markers_and_the_rest_is_kept(tmp_path):
     (tmp_path / "res").mkdir()
     (tmp_path / "res" / "results.md").write_text(RESULTS)
-    readme = tmp_path / "README.md"
-    readme.write_text("intro\n<!-- results: res -->\n| typed | 0.999 |\n<!-- /results -->\nafter\n")
-    assert main([str(readme), "res", "--check"]) == 1  # a typed number is caught
-    assert main([str(readme), "res"]) == 0
-    text = readme.read_text()
+    page = tmp_path / "docs" / "benchmark.md"
+    page.parent.mkdir()
+    page.write_text("intro\n<!-- results: res -->\n| typed | 0.999 |\n<!-- /results -->\nafter\n")
+    root = ["--root", str(tmp_path)]  # the folders are relative to the root, not to the page's folder
+    assert main([str(page), "res", *root, "--check"]) == 1  # a typed number is caught
+    assert main([str(page), "res", *root]) == 0
+    text = page.read_text()
     assert text.startswith("intro\n<!-- results: res -->\nProtocol") and text.endswith("<!-- /results -->\nafter\n")
     assert "0.999" not in text and "| fedavg | 0.900 | - |" in text
-    assert main([str(readme), "res", "--check"]) == 0
+    assert main([str(page), "res", *root, "--check"]) == 0
+    assert main([str(page), "res", "--root", str(page.parent), "--check"]) == 2  # docs/res/results.md: none
 
 
 def test_a_missing_block_or_results_file_is_named(tmp_path):
@@ -66,9 +70,26 @@ def test_a_missing_block_or_results_file_is_named(tmp_path):
         quote("<!-- results: res -->\n<!-- /results -->", tmp_path, "res")
 
 
-def test_the_committed_readme_quotes_the_committed_result_sets():
-    readme = (ROOT / "README.md").read_text()
-    folders = [line.split("results: ", 1)[1].split(" -->")[0] for line in readme.splitlines()
+def test_the_committed_benchmark_page_quotes_the_committed_result_sets():
+    page = PAGE.read_text()
+    folders = [line.split("results: ", 1)[1].split(" -->")[0] for line in page.splitlines()
                if line.startswith("<!-- results: ")]
     assert "benchmarks/results/loso_prostate" in folders
-    assert main([str(ROOT / "README.md"), *folders, "--check"]) == 0
+    assert main([str(PAGE), *folders, "--root", str(ROOT), "--check"]) == 0
+
+
+def test_a_verdicts_block_quotes_only_the_generated_sentences(tmp_path):
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "results.md").write_text(RESULTS)
+    readme = tmp_path / "README.md"
+    readme.write_text("head\n<!-- verdicts: res -->\n- typed: resolved\n<!-- /results -->\ntail\n")
+    assert main([str(readme), "res", "--root", str(tmp_path), "--check"]) == 1
+    assert main([str(readme), "res", "--root", str(tmp_path)]) == 0
+    assert readme.read_text() == ("head\n<!-- verdicts: res -->\n- **elcfs** vs fedavg: not resolved.\n"
+                                  "<!-- /results -->\ntail\n")
+
+
+def test_the_front_page_headline_is_generated_from_the_committed_prostate_result_set():
+    readme = (ROOT / "README.md").read_text()
+    assert "<!-- verdicts: benchmarks/results/loso_prostate -->\n- **" in readme
+    assert main([str(ROOT / "README.md"), "benchmarks/results/loso_prostate", "--root", str(ROOT), "--check"]) == 0

@@ -50,3 +50,17 @@ def test_round_time_writes_its_measurements(tmp_path):
     results = json.loads((tmp_path / "rt" / "round_time.json").read_text())
     assert results["rounds"] == 1 and len(results["federated"]["rounds"]) == 1
     assert "torch " + results["versions"]["torch"] in (tmp_path / "rt" / "round_time.md").read_text()
+
+
+def test_sweep_throughput_writes_its_measurements(tmp_path):
+    tiny = ["--set", "train.local_epochs=1", "--set", "data.image_size=32", "--set", "data.synthetic.cases_per_site=4",
+            "--set", "data.synthetic.held_out_cases=6", "--set", "data.synthetic.size=32",
+            "--set", "model.features=[8,8,16,32,64,8]", "--set", "eval.batch_size=8"]
+    out = _run("sweep_throughput.py", "--runs", "2", "--rounds", "2", "--parallel", "1,2", *tiny,
+               "--out", str(tmp_path / "st"), cache=tmp_path / "cache")
+    results = json.loads((tmp_path / "st" / "sweep_throughput.json").read_text())
+    assert [s["parallel"] for s in results["sweeps"]] == [1, 2]
+    for sweep in results["sweeps"]:
+        assert sweep["statuses"] == ["ok", "ok"] and sweep["runs_per_hour"] > 0
+        assert sweep["runs_per_hour"] == pytest.approx(3600 * 2 / sweep["wall_s"], rel=1e-3)
+    assert "| 2 | 2 |" in (tmp_path / "st" / "sweep_throughput.md").read_text() and "runs per hour" in out

@@ -50,17 +50,10 @@ def test_every_run_is_validated_before_any_runs():
 def test_the_tables_are_rewritten_after_every_run_and_finished_runs_are_not_redone(tmp_path, monkeypatch):
     from feddg.benchmark import sweep as sweep_module
 
+    from tests.fake_executor import FakeExecutor
+
     ran, tables = [], []
-
-    def fake_execute(run, protocol, out, timeout, report):
-        ran.append(run.run_id)
-        record = {"run": run.__dict__, "run_id": run.run_id, "status": "ok", "wall_s": 1.0,
-                  "config": run_experiment(protocol, run), "simulator_args": protocol.simulator_args}
-        (out / "runs" / run.run_id).mkdir(parents=True)
-        (out / "runs" / run.run_id / sweep_module.RUN_FILE).write_text(__import__("json").dumps(record))
-        return record
-
-    monkeypatch.setattr(sweep_module, "execute", fake_execute)
+    monkeypatch.setattr(sweep_module, "LocalExecutor", lambda: FakeExecutor(ran))
     args = (tmp_path, Protocol("fundus"), ["fedavg", "fedprox"], ["Domain1"], [0])
     sweep_module.sweep(*args, report=lambda _: None, after_run=lambda: tables.append(len(ran)))
     assert tables == [1, 2]
@@ -151,27 +144,14 @@ def test_a_protocol_under_which_a_method_would_not_act_is_refused_before_any_run
         plan(Protocol("fundus", {"train": {"rounds": 1}}), ["fedavg", "ga"], ["Domain1"], [0])
 
 
-def _scored(run, protocol, code: str, scores=(0.8, 0.6), status: str = "ok") -> dict:
-    """A finished run's record with per-case scores, as the sweep writes it."""
-    cases = {str(i): {"disc": {"dice": s}, "cup": {"dice": s}} for i, s in enumerate(scores)}
-    test = {"disc": {"dice": {"mean": 0.7}}, "cup": {"dice": {"mean": 0.7}}, "cases": cases}
-    return {"run": run.__dict__, "run_id": run.run_id, "status": status, "wall_s": 10.0, "code": code,
-            "config": run_experiment(protocol, run), "simulator_args": list(protocol.simulator_args),
-            "report": {"models": {"final": {"sites": {run.held_out: {"splits": {"test": test}}}}}}}
+def _fake_executor(monkeypatch, sweep_module, code: str, scores=(0.8, 0.6), ran=None):
+    """The sweep's runs "end" at once with ``scores`` as the held-out site's per-case scores, made by ``code``."""
+    import feddg.report
+    from tests.fake_executor import FakeExecutor
 
-
-def _fake_execute(sweep_module, code: str, scores=(0.8, 0.6), ran=None, status: str = "ok"):
-    import json
-
-    def execute(run, protocol, out, timeout, report):
-        if ran is not None:
-            ran.append((run.run_id, out.name))
-        record = _scored(run, protocol, code, scores, status)
-        (out / "runs" / run.run_id).mkdir(parents=True, exist_ok=True)
-        (out / "runs" / run.run_id / sweep_module.RUN_FILE).write_text(json.dumps(record))
-        return record
-
-    return execute
+    monkeypatch.setattr(feddg.report, "code_fingerprint", lambda: code)
+    monkeypatch.setattr(sweep_module, "LocalExecutor",
+                        lambda: FakeExecutor([] if ran is None else ran, scores=scores, with_folder=True))
 
 
 def test_runs_of_other_code_are_refused_and_a_reproduce_check_with_identical_scores_admits_the_new_code(
@@ -182,11 +162,12 @@ def test_runs_of_other_code_are_refused_and_a_reproduce_check_with_identical_sco
     from feddg.report import code_fingerprint
 
     protocol = Protocol("fundus")
-    monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, "old-code"))
+    _fake_executor(monkeypatch, sweep_module, "old-code")
     sweep_module.sweep(tmp_path, protocol, ["fedavg"], ["Domain1"], [0], report=lambda _: None)
 
     ran: list = []
-    monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, code_fingerprint(), ran=ran))
+    current = code_fingerprint()
+    _fake_executor(monkeypatch, sweep_module, current, ran=ran)
     with pytest.raises(ConfigError, match="made by code old-code.*--reproduce-check"):
         sweep_module.sweep(tmp_path, protocol, ["fedavg"], ["Domain1"], [0, 1], report=lambda _: None)
     assert ran == []  # refused before any run
@@ -207,9 +188,9 @@ def test_a_reproduce_check_with_other_scores_is_refused_naming_the_case(tmp_path
     from feddg.benchmark import sweep as sweep_module
     from feddg.report import code_fingerprint
 
-    monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, "old-code"))
+    _fake_executor(monkeypatch, sweep_module, "old-code")
     sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
-    monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, code_fingerprint(), (0.8, 0.61)))
+    _fake_executor(monkeypatch, sweep_module, code_fingerprint(), (0.8, 0.61))
     with pytest.raises(ConfigError, match=r"other per-case scores .*\(final.Domain1.test.1.cup.dice: 0.6 with the old "
                                           r"code, 0.61 with this code\)"):
         sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
@@ -220,7 +201,7 @@ def test_the_plan_prints_its_machine_time_and_a_dry_run_runs_nothing(tmp_path, m
     from feddg.benchmark import sweep as sweep_module
 
     ran, lines = [], []
-    monkeypatch.setattr(sweep_module, "execute", _fake_execute(sweep_module, "c", ran=ran))
+    _fake_executor(monkeypatch, sweep_module, "c", ran=ran)
     monkeypatch.setattr(sweep_module, "PILOT_SECONDS_PER_ROUND", {"fundus": 2.0})
     sweep_module.sweep(tmp_path / "new", Protocol("fundus", {"train": {"rounds": 30}}), ["fedavg", "uniform"],
                        ["Domain1", "Domain2"], [0, 1, 2], dry_run=True, report=lines.append)
@@ -320,6 +301,7 @@ def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
     assert "code abc123 (18 runs)); 0.3 machine-hours, 60.0 runs per hour" in text
     assert "cannot be compared with the papers' numbers" in text
     saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["machine_time"]["runs_by_executor"] == {"unrecorded": 18}, "runs made before executors were kept"
     assert saved["machine_time"]["runs"] == 18 and set(saved["comparisons"]) == {"fedavg", "uniform"}
     assert saved["comparisons"]["fedavg"]["ga"]["verdict"].startswith("**ga** vs fedavg")
 

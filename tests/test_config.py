@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from feddg.config import ConfigError, FedDGConfig, config_from_dict, load_config
+from feddg.config import ConfigError, FedDGConfig
+from feddg.flare.registry import experiment_from_dict, load_experiment
 from feddg.flare.site_config import SiteConfig, SiteConfigError, read_site_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,7 +31,7 @@ def _with(section: str, key: str, value_yaml: str) -> str:
 def _load(tmp_path: Path, text: str) -> FedDGConfig:
     path = tmp_path / "feddg.yaml"
     path.write_text(text)
-    return load_config(path)
+    return load_experiment(path)
 
 
 # (section, key, YAML value as written, the words the error must contain besides the file and the field)
@@ -144,19 +145,19 @@ def test_unreadable_yaml_names_the_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read the configuration"):
         _load(tmp_path, "data: [unclosed\n")
     with pytest.raises(ConfigError, match="cannot read the configuration"):
-        load_config(tmp_path / "absent.yaml")
+        load_experiment(tmp_path / "absent.yaml")
 
 
 def test_every_committed_job_config_passes_the_schema():
     for path in sorted((REPO / "jobs").glob("*/app/config/feddg.yaml")):
-        load_config(path)
+        load_experiment(path)
 
 
 def test_config_round_trips_through_its_dict():
     raw = yaml.safe_load(_job_text())
-    cfg = config_from_dict(raw)
-    assert config_from_dict(cfg.to_dict()) == cfg
-    assert config_from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    cfg = experiment_from_dict(raw)
+    assert experiment_from_dict(cfg.to_dict()) == cfg
+    assert experiment_from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
 
 
 # ------------------------------------------------------------------------------------------- feddg_site.json

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from feddg.cli import main
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 from feddg.inference import load_checkpoint, segment_nifti
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
@@ -22,7 +22,7 @@ def save_checkpoint(path, exp, meta=None, state=None):
     job's configuration in ``train_conf``, and the model's metadata (the workflow's run and round) in
     ``meta_props``. ``state``: other weights than those of ``exp``'s network."""
     if state is None:
-        state = dict(build_model(config_from_dict(exp)).state_dict())
+        state = dict(build_model(experiment_from_dict(exp)).state_dict())
     saved = {"model": state, "train_conf": {"train": {"model": "FedDGUNet", "feddg_config": exp}}}
     if meta:
         saved["meta_props"] = meta
@@ -32,7 +32,7 @@ def save_checkpoint(path, exp, meta=None, state=None):
 
 def _poisoned(value):
     """(weights with ``value`` in the third tensor of a tiny prostate network, that tensor's name)."""
-    state = dict(build_model(config_from_dict(tiny_experiment("prostate"))).state_dict())
+    state = dict(build_model(experiment_from_dict(tiny_experiment("prostate"))).state_dict())
     name = list(state)[2]
     state[name] = state[name].clone()
     state[name].view(-1)[1] = value
@@ -42,13 +42,13 @@ def _poisoned(value):
 def _other_network():
     exp = tiny_experiment("prostate")
     exp["model"]["bin_levels"] = 3  # BIN-Net: other parameter names
-    return dict(build_model(config_from_dict(exp)).state_dict())
+    return dict(build_model(experiment_from_dict(exp)).state_dict())
 
 
 def _wider_network():
     exp = tiny_experiment("prostate")
     exp["model"]["features"] = [16, 16, 32, 64, 128, 16]  # same names, other shapes
-    return dict(build_model(config_from_dict(exp)).state_dict())
+    return dict(build_model(experiment_from_dict(exp)).state_dict())
 
 
 def _write(content):
@@ -67,7 +67,7 @@ def _checkpoint(**kw):
 
 def _unknown_config_key(path):
     exp = tiny_experiment("prostate")
-    state = dict(build_model(config_from_dict(exp)).state_dict())
+    state = dict(build_model(experiment_from_dict(exp)).state_dict())
     exp["data"]["colour"] = "red"
     save_checkpoint(path, exp, state=state)
 
@@ -181,7 +181,7 @@ def test_segment_writes_masks_in_the_scans_own_geometry(tmp_path, axcodes_flip):
     """A bright box in a non-canonical scan, and a 'model' that thresholds the preprocessed intensity: the mask
     must come back on the box, in the scan's own voxel order, with the scan's affine and size."""
     exp = tiny_experiment("prostate")
-    cfg = config_from_dict(exp)
+    cfg = experiment_from_dict(exp)
     shape = (40, 56, 7)
     volume = np.zeros(shape, np.float32)
     volume[10:25, 20:44, 2:5] = 100.0
@@ -224,12 +224,12 @@ def test_check_data_command(synthetic_root, capsys):
 
 def test_synth_command_writes_the_jobs_data_set(tmp_path, monkeypatch):
     """`feddg synth` with no sizes writes exactly what a job generates into its cache."""
-    from feddg.config import config_from_dict
+    from feddg.flare.registry import experiment_from_dict
     from feddg.data.synthetic import ensure_synthetic
     from feddg.jobs import experiment
 
     assert main(["synth", "--task", "fundus", "--out", str(tmp_path / "out")]) == 0
-    cfg = config_from_dict(experiment("fundus", "fedavg"))
+    cfg = experiment_from_dict(experiment("fundus", "fedavg"))
     cfg.data.cache_dir = str(tmp_path / "cache")
     cached = ensure_synthetic(cfg.data)
     written = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*.png"))
@@ -258,7 +258,7 @@ def _mla_bundle(tmp_path, synthetic_root, exp):
     from feddg.methods.mla.encoders import build_feature_encoder, encode
     from feddg.flare.mla.bundle import save_bundle
 
-    cfg = config_from_dict({**exp, "data": {**exp["data"], "root": str(synthetic_root["prostate"])}})
+    cfg = experiment_from_dict({**exp, "data": {**exp["data"], "root": str(synthetic_root["prostate"])}})
     models = {}
     for i, site in enumerate(("BIDMC", "HK")):
         torch.manual_seed(i)
@@ -284,7 +284,8 @@ def test_evaluate_command_scores_an_mla_bundle_next_to_the_global_model(tmp_path
     saved = json.loads(out_json.read_text())
     assert [r["model"] for r in saved["table"]] == ["global", "mla"]
     assert all(math.isfinite(r[m]) for r in saved["table"] for m in ("dice", "hd95", "asd"))
-    assert sum(saved["mla_weights"]["RUNMC"]["weights"].values()) == pytest.approx(1.0)
+    assert sum(saved["info"]["mla"]["RUNMC"]["weights"].values()) == pytest.approx(1.0)
+    assert saved["saved_models"] == {"mla": str(bundle)}
     # a hospital with the bundle alone
     assert main(["evaluate", "--bundle", str(bundle), "--data-root", str(synthetic_root["prostate"]),
                  "--sites", "RUNMC"]) == 0
@@ -300,7 +301,7 @@ def test_evaluate_needs_a_model_or_a_bundle(tmp_path, synthetic_root, capsys):
 
 
 def test_simulate_opts_the_simulated_sites_in_for_jobs_that_keep_local_models(tmp_path):
-    from feddg.cli import configure_simulated_sites
+    from feddg.simulate import configure_simulated_sites
     from feddg.jobs import write_job
 
     mla_job = write_job(tmp_path / "jobs", "prostate_mlabin")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from feddg.cli import main
-from feddg.flare.egress_filter import egress_limits
+from feddg.flare.site_limits import egress_limits
 from feddg.flare.site_policy import PACKAGE_PREFIX, client_privacy, install_site_policy
 
 DEFAULT_RESOURCES = {"format_version": 2, "components": [
@@ -86,6 +86,6 @@ def test_a_limit_below_one_is_refused_by_name_and_nothing_is_written(tmp_path, c
     assert _snapshot(prod) == before
 
 
-def test_the_readme_shows_the_privacy_json_that_is_installed():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert json.dumps(client_privacy(), indent=2) in readme
+def test_the_deployment_page_shows_the_privacy_json_that_is_installed():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "deployment.md").read_text()
+    assert json.dumps(client_privacy(), indent=2) in page

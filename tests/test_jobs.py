@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from feddg.config import load_config
+from feddg.flare.registry import load_experiment
 from feddg.flare.site_policy import INJECTED_BY_NVFLARE, class_allow_list, component_paths, install_resources
 from feddg.jobs import JOBS, render_job, stale_files
 
@@ -20,7 +20,7 @@ def test_committed_jobs_equal_the_template():
 def test_job_folders_are_classic_nvflare_jobs_without_custom_code(name):
     job = REPO / "jobs" / name
     meta = json.loads((job / "meta.json").read_text())
-    cfg = load_config(job / "app" / "config" / "feddg.yaml")
+    cfg = load_experiment(job / "app" / "config" / "feddg.yaml")
     assert meta["deploy_map"] == {"app": ["server", *cfg.data.sites]}
     assert not (job / "app" / "custom").exists()
     assert cfg.data.unseen_site in cfg.data.sites

@@ -3,7 +3,7 @@
 (``feddg.flare.<method>/``) never import each other. Read from the source with ``ast``, so a lazy import inside a
 function counts as much as one at the top.
 
-The layers, lowest first (the README's "Layout of the code" describes them):
+The layers, lowest first (docs/code-layout.md, "Layout of the code", describes them):
   0. base: the package root, the experiment schema and small utilities every layer uses;
   1. data, nets, the papers' math and the metrics;
   2. training, evaluation and reports;
@@ -22,12 +22,13 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "custom" / "feddg"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("feddg", "feddg.config", "feddg.jsonfile", "feddg.seeds", "feddg.compute", "feddg.precision")),
+    ("base", ("feddg", "feddg.config", "feddg.layouts", "feddg.jsonfile", "feddg.seeds", "feddg.compute",
+              "feddg.precision")),
     ("data, nets, methods", ("feddg.data", "feddg.nets", "feddg.methods", "feddg.metrics")),
-    ("training and evaluation", ("feddg.training", "feddg.evaluation", "feddg.report", "feddg.flare.mla.bundle")),
+    ("training and evaluation", ("feddg.training", "feddg.evaluation", "feddg.report")),
     ("flare", ("feddg.flare",)),
-    ("tools", ("feddg.jobs", "feddg.cli", "feddg.poc", "feddg.provisioning", "feddg.resume", "feddg.inference",
-               "feddg.benchmark", "feddg.rehearsal")),
+    ("tools", ("feddg.jobs", "feddg.recipes", "feddg.cli", "feddg.simulate", "feddg.poc", "feddg.provisioning",
+               "feddg.resume", "feddg.inference", "feddg.benchmark", "feddg.rehearsal", "feddg.docs_reference")),
 ]
 PURE = "feddg.methods"  # imports nothing from the package but itself
 METHOD_FOLDERS = "feddg.flare"  # its sub-packages are method folders, which never import each other
@@ -106,7 +107,7 @@ def test_every_module_has_a_layer():
             layer_of(module_name(path, PACKAGE))
         except KeyError as e:
             missing.append(str(e))
-    assert missing == [], "place these modules in a layer (tests/test_layers.py and the README)"
+    assert missing == [], "place these modules in a layer (tests/test_layers.py and docs/code-layout.md)"
 
 
 def test_imports_run_one_way():
@@ -116,7 +117,7 @@ def test_imports_run_one_way():
 @pytest.mark.parametrize("source,target,rule", [
     ("feddg/flare/persistor.py", "from feddg.jobs import JOBS\n", "imports from the higher layer tools"),
     ("feddg/methods/ga.py", "def f():\n    from feddg.config import TASKS\n", "imports nothing else"),
-    ("feddg/data/layouts.py", "from ..flare import constants\n", "imports from the higher layer flare"),
+    ("feddg/data/layouts/registry.py", "from ...flare import constants\n", "imports from the higher layer flare"),
 ])
 def test_the_check_finds_each_kind_of_violation(tmp_path, source, target, rule):
     """The rules are checked on a copy of the package with one bad import added."""

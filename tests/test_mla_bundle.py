@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 from feddg.flare.mla.bundle import MANIFEST, MLABundle, load_bundle, save_bundle
 from feddg.methods.mla.attention import DomainAttention, train_domain_attention
 from feddg.methods.mla.combination import combine_state_dicts
@@ -34,7 +34,7 @@ def parts():
     """Local models (BIN-Net, 3 levels), a random encoder and a DAM trained on three styled sites."""
     exp = tiny_experiment("prostate")
     exp["model"]["bin_levels"] = 3
-    cfg = config_from_dict(exp)
+    cfg = experiment_from_dict(exp)
     models = {}
     for i, site in enumerate(SITES):
         torch.manual_seed(i)
@@ -115,7 +115,7 @@ def test_save_refuses_inconsistent_parts(tmp_path, parts):
         save_bundle(tmp_path / "a", models, encoder, DomainAttention(attention.in_features, 2), cfg)
     with pytest.raises(ValueError, match="encoder gives 32 features but the attention module takes 5"):
         save_bundle(tmp_path / "a", models, encoder, DomainAttention(5, 3), cfg)
-    plain = config_from_dict(tiny_experiment("prostate"))  # bin_levels 0: the BIN models do not fit
+    plain = experiment_from_dict(tiny_experiment("prostate"))  # bin_levels 0: the BIN models do not fit
     with pytest.raises(ValueError, match="do not fit the configured network"):
         save_bundle(tmp_path / "a", models, encoder, attention, plain)
     save_bundle(tmp_path / "a", models, encoder, attention, cfg)

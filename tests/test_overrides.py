@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from feddg.cli import main
-from feddg.config import ConfigError, load_config, parse_overrides
+from feddg.config import ConfigError, parse_overrides
+from feddg.flare.registry import load_experiment
 from feddg.jobs import override_job
 
 JOBS = Path(__file__).resolve().parents[1] / "jobs"
@@ -34,7 +35,7 @@ def test_malformed_assignments_are_refused(bad, reason):
 def test_a_job_copy_with_overrides_is_consistent(tmp_path):
     out = override_job(JOBS / "prostate_ga", parse_overrides(["data.sites=[BMC, HK, RUNMC]", "train.rounds=2"]),
                        tmp_path / "job")
-    cfg = load_config(out / "app" / "config" / "feddg.yaml")
+    cfg = load_experiment(out / "app" / "config" / "feddg.yaml")
     assert cfg.data.sites == ["BMC", "HK", "RUNMC"] and cfg.train.rounds == 2 and cfg.data.unseen_site == "RUNMC"
     meta = json.loads((out / "meta.json").read_text())
     assert meta["deploy_map"] == {"app": ["server", "BMC", "HK", "RUNMC"]} and meta["min_clients"] == 2
@@ -56,6 +57,6 @@ def test_make_jobs_writes_overrides_only_elsewhere(tmp_path, capsys):
     assert main(["make-jobs", "--out", str(JOBS), "--set", "train.rounds=3"]) == 2
     assert "is in the repository's committed" in capsys.readouterr().err
     assert main(["make-jobs", "--out", str(tmp_path), "--set", "data.unseen_site=BMC", "prostate_fedprox"]) == 0
-    cfg = load_config(tmp_path / "prostate_fedprox" / "app" / "config" / "feddg.yaml")
+    cfg = load_experiment(tmp_path / "prostate_fedprox" / "app" / "config" / "feddg.yaml")
     assert cfg.data.unseen_site == "BMC" and cfg.train.fedprox_mu == 0.01
     assert not (tmp_path / "provisioning").exists()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -109,7 +107,7 @@ def test_a_recorded_network_is_found_and_removed_by_a_later_run(tmp_path):
 
 # ---------------------------------------------------------------------- the command's refusals (no root needed)
 def test_an_unknown_drill_is_refused_listing_the_valid_ones():
-    from feddg.rehearsal.command import DRILLS, parse_drills
+    from feddg.rehearsal.options import DRILLS, parse_drills
 
     with pytest.raises(ValueError, match="link-lost.*link-flap"):
         parse_drills("link-lost")
@@ -134,7 +132,8 @@ def test_a_workspace_of_a_running_rehearsal_is_refused_naming_its_process(tmp_pa
     import psutil
 
     import feddg.rehearsal.network as network
-    from feddg.rehearsal.command import clear_workspace, rehearse_network
+    from feddg.rehearsal.command import rehearse_network
+    from feddg.rehearsal.consortium import clear_workspace
 
     monkeypatch.setattr(network, "missing_privileges", lambda: [])  # the refusal comes before any privileged step
     ws = tmp_path / "ws"
@@ -153,10 +152,11 @@ def test_a_workspace_of_a_running_rehearsal_is_refused_naming_its_process(tmp_pa
 
 
 def test_the_small_job_has_three_hospitals_rounds_for_the_drills_and_a_minimum_of_one(tmp_path):
-    from feddg.config import load_config
-    from feddg.rehearsal.command import DEAD_CLIENT_GRACE, HEART_BEAT_TIMEOUT, small_job
+    from feddg.flare.registry import load_experiment
+    from feddg.rehearsal.consortium import DEAD_CLIENT_GRACE, HEART_BEAT_TIMEOUT
+    from feddg.rehearsal.small_job import small_job
 
-    cfg = load_config(small_job(tmp_path / "job") / "app" / "config" / "feddg.yaml")
+    cfg = load_experiment(small_job(tmp_path / "job") / "app" / "config" / "feddg.yaml")
     assert len(cfg.data.sites) == 3 and cfg.data.unseen_site not in cfg.data.train_sites
     assert cfg.train.min_sites == 1 and cfg.train.rounds >= 10
     assert cfg.train.task_timeout > HEART_BEAT_TIMEOUT + DEAD_CLIENT_GRACE  # a lost site is declared in its round
@@ -165,7 +165,7 @@ def test_the_small_job_has_three_hospitals_rounds_for_the_drills_and_a_minimum_o
 @needs_netns
 def test_a_job_with_sites_outside_the_consortium_is_refused_before_anything_is_made(tmp_path):
     from feddg.jobs import write_job
-    from feddg.rehearsal.command import setup
+    from feddg.rehearsal.consortium import setup
     from tests.conftest import tiny_experiment
 
     exp = tiny_experiment("prostate")
@@ -180,6 +180,7 @@ def test_every_requested_drill_has_an_outcome_even_when_one_raises_or_hangs(monk
     import threading
 
     from feddg.rehearsal import command
+    from feddg.rehearsal.outcomes import DrillOutcome, judge
 
     release = threading.Event()
 
@@ -191,7 +192,7 @@ def test_every_requested_drill_has_an_outcome_even_when_one_raises_or_hangs(monk
         raise KeyError("a drill's own bug")
 
     def checks(_r, _job_id):
-        return lambda report: command.DrillOutcome("link-flap", True, {}, "ok")
+        return lambda report: DrillOutcome("link-flap", True, {}, "ok")
 
     monkeypatch.setitem(command.DURING_JOB, "foreign-kit", hangs)
     monkeypatch.setitem(command.DURING_JOB, "link-loss", raises)
@@ -200,7 +201,7 @@ def test_every_requested_drill_has_an_outcome_even_when_one_raises_or_hangs(monk
         found = command.run_during_job(None, "job", ["link-flap", "foreign-kit", "link-loss"], thread_timeout=0.5)
     finally:
         release.set()
-    outcomes = {n: command._judge(check, n, {}) for n, check in found.items()}
+    outcomes = {n: judge(check, n, {}) for n, check in found.items()}
     assert list(outcomes) == ["link-flap", "foreign-kit", "link-loss"]
     assert outcomes["link-flap"].passed
     assert not outcomes["foreign-kit"].passed and "did not finish within 0 s" in outcomes["foreign-kit"].detail
@@ -208,7 +209,35 @@ def test_every_requested_drill_has_an_outcome_even_when_one_raises_or_hangs(monk
 
 
 def test_a_check_that_raises_fails_its_own_drill_only():
-    from feddg.rehearsal.command import _judge
+    from feddg.rehearsal.outcomes import judge
 
-    outcome = _judge(lambda report: report["history"], "exposure", {})
+    outcome = judge(lambda report: report["history"], "exposure", {})
     assert not outcome.passed and outcome.name == "exposure" and "KeyError" in outcome.detail
+
+
+def test_every_declared_drill_has_its_drill_in_the_declared_order():
+    """The options (import-light, for --help) and the command that runs the drills name the same drills."""
+    from feddg.rehearsal import command
+    from feddg.rehearsal.options import AFTER_JOB_DRILLS, DRILLS, DURING_JOB_DRILLS
+
+    assert tuple(command.DURING_JOB) == DURING_JOB_DRILLS and tuple(command.AFTER_JOB) == AFTER_JOB_DRILLS
+    assert set(command.INTRUDER_DRILLS) <= set(DURING_JOB_DRILLS) and len(set(DRILLS)) == len(DRILLS)
+
+
+def test_a_resumed_jobs_history_is_its_own_not_the_copy_it_started_from(tmp_path):
+    import json
+
+    from feddg.rehearsal.drills.server_restart import history_rounds
+    from feddg.resume import RESUME_DIR
+
+    copy = tmp_path / "app" / "config" / RESUME_DIR / "history.json"  # what resume-job put in the job
+    copy.parent.mkdir(parents=True)
+    copy.write_text(json.dumps({"history": [{"round": r} for r in range(2)]}))
+    assert history_rounds(tmp_path, "history.json") is None  # the job wrote none of its own
+    written = tmp_path / "workspace" / "history.json"
+    written.parent.mkdir()
+    written.write_text(json.dumps({"history": [{"round": r, "weights": {}} for r in range(4)]}))
+    assert history_rounds(tmp_path, "history.json") == [0, 1, 2, 3]
+    written.write_text(json.dumps({"rounds": 4}))
+    with pytest.raises(ValueError, match=f"{written}: no round history"):
+        history_rounds(tmp_path, "history.json")

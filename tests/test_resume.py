@@ -58,7 +58,7 @@ def test_refusals(tmp_path, job):
     with pytest.raises(ValueError, match="already trained 4 of 4 rounds"):
         resume_job(job, _previous(tmp_path, 4), tmp_path / "b")
     prev = _previous(tmp_path / "x", 1, ga=False)
-    with pytest.raises(ValueError, match="no ga_weights.json"):
+    with pytest.raises(ValueError, match="continues ga_weights.json, which is not here"):
         resume_job(job, prev, tmp_path / "c")
 
 
@@ -102,9 +102,9 @@ def _wider():
     ({"exp": _other_unseen_site()}, r"another experiment than .*: data\.unseen_site: job 'RUNMC', checkpoint 'BMC'$"),
     ({"exp": _wider()}, r"another experiment than .*: data\.image_size: job 32, checkpoint 64; model\.features: job "
                         r"\[8, 8, 16, 32, 64, 8\], checkpoint \[16, 16, 32, 64, 128, 16\]$"),
-    ({"ga_rounds": [0, 1, 2]}, r"ga_weights\.json: GA's history ends with round 2, but the model was saved after "
+    ({"ga_rounds": [0, 1, 2]}, r"ga_weights\.json: the history ends with round 2, but the model was saved after "
                                r"round 1"),
-    ({"ga_rounds": []}, r"ga_weights\.json: GA's history is empty, but the model was saved after round 1"),
+    ({"ga_rounds": []}, r"ga_weights\.json: the history is empty, but the model was saved after round 1"),
 ], ids=["no-rounds", "rounds-not-a-number", "progress-not-an-object", "old-progress-without-run", "old-checkpoint",
         "two-runs", "two-rounds", "other-task", "other-unseen-site", "other-network", "ga-ahead", "ga-empty"])
 def test_a_result_that_does_not_hold_together_is_refused_and_nothing_is_written(tmp_path, job, bad, message):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from feddg.cli import deploy_map_sites, main, simulator_threads
+from feddg.cli import main
+from feddg.simulate import deploy_map_sites, simulator_threads
 
 JOB = Path(__file__).resolve().parents[1] / "jobs" / "prostate_ga"
 

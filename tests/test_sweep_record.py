@@ -1,5 +1,5 @@
 """A results folder's record is checked, not trusted; its sweep's lifecycle (signals, timeouts, failures) and its
-lock; all without training: runs are recorded by a fake ``execute`` or run by a fake simulator command."""
+lock; all without training: runs are recorded by a fake executor or run by a fake simulator command."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from feddg.benchmark import launch
 from feddg.benchmark import sweep as sweep_module
 from feddg.benchmark.protocol import Protocol, Run, run_experiment
 from feddg.benchmark.record import LOCK_FILE, RUN_FILE, SWEEP_FILE
@@ -23,6 +24,7 @@ from feddg.benchmark.signals import Interrupted
 from feddg.config import ConfigError
 from feddg.process_tree import alive
 from feddg.report import code_fingerprint
+from tests.fake_executor import FakeExecutor
 
 TINY = {"train": {"rounds": 2, "local_epochs": 1}, "data": {"image_size": 32}}
 SITE = "Domain1"
@@ -33,19 +35,9 @@ def _quiet(_: str) -> None:
     pass
 
 
-def _recording_execute(ran: list, status: str = "ok"):
-    """A fake ``execute``: writes the run's record as the sweep does (its own config and simulator flags)."""
-
-    def execute(run, protocol, out, timeout, report):
-        ran.append(run.run_id)
-        record = {"run": run.__dict__, "run_id": run.run_id, "status": status, "reason": "", "wall_s": 1.0,
-                  "log": str(out / "runs" / run.run_id / "simulate.log"), "config": run_experiment(protocol, run),
-                  "simulator_args": list(protocol.simulator_args), "code": CODE}
-        (out / "runs" / run.run_id).mkdir(parents=True, exist_ok=True)
-        (out / "runs" / run.run_id / RUN_FILE).write_text(json.dumps(record))
-        return record
-
-    return execute
+def _use(monkeypatch, executor: FakeExecutor) -> None:
+    """The sweep's default executor is ``executor``."""
+    monkeypatch.setattr(sweep_module, "LocalExecutor", lambda: executor)
 
 
 def _sweep(out: Path, protocol: Protocol, seeds=(0, 1), methods=("fedavg",), **kw) -> list[dict]:
@@ -55,7 +47,7 @@ def _sweep(out: Path, protocol: Protocol, seeds=(0, 1), methods=("fedavg",), **k
 @pytest.fixture
 def ran(monkeypatch) -> list:
     runs: list = []
-    monkeypatch.setattr(sweep_module, "execute", _recording_execute(runs))
+    _use(monkeypatch, FakeExecutor(runs))
     return runs
 
 
@@ -180,9 +172,9 @@ def test_an_interrupted_run_runs_again_without_retry_failed_and_is_no_result(tmp
     from feddg.benchmark.results import load_records
 
     ran: list = []
-    monkeypatch.setattr(sweep_module, "execute", _recording_execute(ran, status="interrupted"))
+    _use(monkeypatch, FakeExecutor(ran, status="interrupted"))
     _sweep(tmp_path, Protocol("fundus", TINY), seeds=(0,))
-    monkeypatch.setattr(sweep_module, "execute", _recording_execute(ran, status="failed"))
+    _use(monkeypatch, FakeExecutor(ran, status="failed"))
     _sweep(tmp_path, Protocol("fundus", TINY), seeds=(0, 1))
     assert load_records(tmp_path) != [] and ran == ["fundus_fedavg_Domain1_seed0"] * 2 + ["fundus_fedavg_Domain1_seed1"]
     _sweep(tmp_path, Protocol("fundus", TINY), seeds=(0, 1))  # failed runs stay failed without --retry-failed
@@ -232,10 +224,7 @@ def test_a_folder_takes_one_sweep_at_a_time(tmp_path, ran):
 
 
 def test_the_lock_is_released_when_a_run_raises(tmp_path, monkeypatch):
-    def broken(run, protocol, out, timeout, report):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(sweep_module, "execute", broken)
+    _use(monkeypatch, FakeExecutor([], error=OSError("disk full")))
     with pytest.raises(OSError, match="disk full"):
         _sweep(tmp_path, Protocol("fundus", TINY))
     assert not (tmp_path / LOCK_FILE).exists()
@@ -276,8 +265,8 @@ def fake_simulator(tmp_path, monkeypatch):
     def command(job, workspace, simulator_args):
         return [sys.executable, str(script), str(workspace), state["mode"]]
 
-    monkeypatch.setattr(sweep_module, "simulate_command", command)
-    monkeypatch.setattr(sweep_module, "POLL_S", 0.1)
+    monkeypatch.setattr(launch, "simulate_command", command)
+    monkeypatch.setattr(launch, "POLL_S", 0.1)
     yield state
     for pid in state["pids"]:  # never left behind, even by a failing test
         if alive(pid):

@@ -5,7 +5,8 @@
     feddg evaluate     score a saved global model and/or an MLA bundle on a data folder (Dice/HD95/ASD,
                        optional PNG overlays)
     feddg segment      segment unlabeled NIfTI scans, masks written in each scan's own geometry
-    feddg make-jobs    regenerate the job folders under jobs/ and the consortium files under provisioning/
+    feddg make-jobs    write the job folders under jobs/ (the NVFlare Recipes' exports, feddg.recipes) and the
+                       consortium files under provisioning/
     feddg simulate     run a job in NVFlare's simulator with the project's site policy installed
     feddg benchmark    leave-one-site-out sweep of methods x held-out sites x seeds: tables, paired intervals, plots
     feddg install-policy  install the project's site policy into provisioned startup kits
@@ -26,7 +27,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from feddg.compute import SITE_PROCESSES_ENV
 
 if TYPE_CHECKING:
     from feddg.benchmark.protocol import Protocol
@@ -84,7 +84,7 @@ def _cmd_make_jobs(args: argparse.Namespace) -> int:
 
 
 def _cmd_install_policy(args: argparse.Namespace) -> int:
-    from feddg.flare.egress_filter import all_site_limits
+    from feddg.flare.site_limits import all_site_limits
     from feddg.flare.site_policy import install_site_policy
 
     limits = {name: getattr(args, name) for name in all_site_limits()}
@@ -114,107 +114,12 @@ def _cmd_poc(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
-    """Install the site policy in the simulator workspace, then hand over to ``nvflare simulator``.
+    from feddg.simulate import run
 
-    NVFlare 2.9's simulator enforces each site's class allow-list for jobs without custom code, as a real site
-    does; a fresh workspace has none, so the job's ``feddg`` components would be refused. The simulator keeps
-    ``<workspace>/local`` across runs and copies it to every site, so this is done once per workspace."""
-    import os
-    import shutil
-
-    from feddg.flare.site_policy import install_resources
-
-    simulator_flags(rest)  # a mistyped flag fails here, naming it, not in NVFlare's log
-    if args.overrides:
-        from feddg.config import parse_overrides
-        from feddg.jobs import override_job
-
-        # Beside the workspace, not in it: the simulator clears its workspace when it starts.
-        workspace = Path(args.workspace).resolve()
-        job = override_job(Path(args.job), parse_overrides(args.overrides),
-                           workspace.with_name(f"{workspace.name}_job") / Path(args.job).resolve().name)
-        print(f"wrote {job}: {args.job} with --set {' '.join(args.overrides)}", flush=True)
-        args.job = str(job)
-    local = Path(args.workspace) / "local"
-    install_resources(local)
-    configured = configure_simulated_sites(Path(args.job), local)
-    if configured is not None:
-        path, settings = configured
-        print(f"this job asks the sites' own settings {settings}; all simulated sites are yours, so {path} sets "
-              f"them", flush=True)
-    nvflare = shutil.which("nvflare")
-    if nvflare is None:
-        raise OSError("the nvflare command is not on PATH; install the requirements first")
-    rest, site_processes = simulator_threads(Path(args.job), rest)
-    command = [nvflare, "simulator", args.job, "-w", args.workspace, *rest]
-    os.environ[SITE_PROCESSES_ENV] = str(site_processes)
-    print(f"running: {SITE_PROCESSES_ENV}={site_processes} {' '.join(command)}", flush=True)
-    os.execv(nvflare, command)
-    return 1  # not reached
-
-
-def simulator_threads(job: Path, rest: list[str]) -> tuple[list[str], int]:
-    """The simulator's arguments with ``-t`` defaulted to the number of sites, and the number of site processes
-    that will then run at once on this host (for :mod:`feddg.compute`'s thread budget).
-
-    Every site in its own long-lived process, all at once: NVFlare's default of one thread starts a fresh process
-    for every task (about 6 s each on a 2-core machine, 37 of them in the headline job), and with each process
-    limited to its share of the cores, running them side by side costs no more CPU than running them in turn.
-    The sites come from ``-c``, ``-n`` or the job's ``meta.json`` deploy map. With several GPU groups (``-gpu 0,1``)
-    NVFlare runs one client per group at a time, and ``-t`` is left alone."""
-    from nvflare.private.fed.utils.fed_utils import split_gpus  # noqa: PLC0415 - nvflare is slow to import
-
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("-n", "--n_clients", type=int)
-    parser.add_argument("-c", "--clients")
-    parser.add_argument("-t", "--threads", type=int)
-    parser.add_argument("-gpu", "--gpu")
-    known, _ = parser.parse_known_args(rest)
-    if known.gpu and len(split_gpus(known.gpu)) > 1:
-        return rest, len(split_gpus(known.gpu))
-    if known.clients:
-        sites = len([c for c in known.clients.split(",") if c.strip()])
-    elif known.n_clients:
-        sites = known.n_clients
-    else:
-        sites = len(deploy_map_sites(job))
-    if known.threads is not None:
-        return rest, max(1, min(known.threads, sites or known.threads))
-    if not sites:
-        return rest, 1
-    return [*rest, "-t", str(sites)], sites
-
-
-def deploy_map_sites(job: Path) -> set[str]:
-    """The client names of a job's ``meta.json`` deploy map (empty when it names none, e.g. only ``@ALL``)."""
-    try:
-        meta = json.loads((Path(job) / "meta.json").read_text())
-    except (OSError, ValueError):
-        return set()
-    names = {n for targets in (meta.get("deploy_map") or {}).values() for n in targets}
-    return names - {"server", "@ALL"}
+    return run(args.job, args.workspace, args.overrides, rest)
 
 
 COMMITTED_JOBS = Path(__file__).resolve().parents[2] / "jobs"  # the repository's job folders (a source checkout)
-
-
-def simulator_flags(flags: list[str]) -> list[str]:
-    """``flags`` for ``nvflare simulator``, checked against its own options: ValueError naming an unknown flag, a
-    bad value, or the workspace (feddg gives it with -w)."""
-    from nvflare.private.fed.app.simulator.simulator import define_simulator_parser  # noqa: PLC0415 - slow import
-
-    parser = argparse.ArgumentParser(prog="nvflare simulator", add_help=False, exit_on_error=False)
-    define_simulator_parser(parser)
-    try:
-        known, unknown = parser.parse_known_args(["JOB", *flags])
-    except argparse.ArgumentError as e:
-        raise ValueError(f"simulator flags {' '.join(flags)}: {e}") from None
-    if unknown:
-        raise ValueError(f"{' '.join(unknown)}: not a flag of nvflare simulator (its flags: -n, -c, -t, -gpu, -l, -m,"
-                         f" --end_run_for_all)")
-    if known.workspace is not None:
-        raise ValueError(f"simulator flags {' '.join(flags)}: the workspace is feddg's to give (-w before --)")
-    return flags
 
 
 def output_folder(value: str, flag: str, template_jobs: bool = False, reading: bool = False) -> Path:
@@ -249,38 +154,9 @@ def _names(value: str | None, flag: str) -> list[str] | None:
     return names
 
 
-def job_component_paths(job: Path) -> set[str]:
-    """Every component class the NVFlare configs of the job folder name."""
-    from feddg.flare.site_policy import component_paths
-
-    found: set[str] = set()
-    for config in Path(job).glob("*/config/config_fed_*.json"):
-        try:
-            found |= component_paths(json.loads(config.read_text()))
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def configure_simulated_sites(job: Path, local_dir: Path) -> tuple[Path, dict] | None:
-    """In the simulator every site is the user's own: when the job's methods ask something of a site's own
-    ``local/feddg_site.json`` (:func:`feddg.flare.registry.simulated_site_config`; MLA: share the local model), write
-    it to ``<workspace>/local/feddg_site.json`` (the simulator copies the workspace's ``local`` folder to every site)
-    unless the workspace already has one. Returns (the file written, its settings), or None."""
-    from feddg.flare.registry import simulated_site_config
-    from feddg.flare.site_config import SITE_CONFIG_FILE
-
-    path = Path(local_dir) / SITE_CONFIG_FILE
-    settings = simulated_site_config(job_component_paths(job))
-    if path.exists() or not settings:
-        return None
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(settings, indent=2) + "\n")
-    return path, settings
-
-
 def _cmd_benchmark(args: argparse.Namespace, simulator_args: list[str]) -> int:
     """The leave-one-site-out sweep (:mod:`feddg.benchmark.sweep`), then its tables, plots and statistics."""
+    from feddg.benchmark.executors import executor_from_args
     from feddg.benchmark.results import write_results
     from feddg.benchmark.signals import handle_stop_signals
     from feddg.benchmark.sweep import sweep
@@ -288,13 +164,14 @@ def _cmd_benchmark(args: argparse.Namespace, simulator_args: list[str]) -> int:
 
     with handle_stop_signals():  # Ctrl-C / SIGTERM: one line and exit status 130 / 143 (see main)
         out, protocol, chosen, held_out, seeds, sites = _sweep_options(args, simulator_args)
+        executor = executor_from_args(args)  # its own options checked (ExecutorError, a ValueError: one line)
 
         def tables() -> dict:
             return write_results(out, list(methods()), sites, args.resamples)
 
         records = sweep(out, protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed,
                         reproduce_check=args.reproduce_check, dry_run=args.dry_run,
-                        move_aside=args.move_aside_mismatched, after_run=tables)
+                        move_aside=args.move_aside_mismatched, after_run=tables, executor=executor)
         if args.dry_run:
             return 0
         paths = tables()
@@ -335,6 +212,8 @@ def _sweep_options(args: argparse.Namespace, simulator_args: list[str]
     root = overrides.get("data", {}).get("root")
     if isinstance(root, str) and root.strip():  # --set data.root=relative: resolved here too, as runs need
         overrides["data"]["root"] = str(Path(root).expanduser().resolve())
+    from feddg.simulate import simulator_flags
+
     protocol = Protocol(args.task, overrides, simulator_flags(simulator_args))
     task_methods = [m for m, spec in methods().items() if spec.supports(args.task)]
     chosen = _names(args.methods, "--methods") or task_methods
@@ -352,16 +231,23 @@ def _sweep_options(args: argparse.Namespace, simulator_args: list[str]
     return out, protocol, chosen, held_out, seeds, sites
 
 
+def _saved_dest(name: str) -> str:
+    """The argparse destination of the ``feddg evaluate`` option of the saved model ``name``."""
+    return f"saved_model_{name}"
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from feddg.inference import evaluate_folder
 
-    if args.model is None and args.bundle is None:
-        raise ValueError("give --model (a saved global model), --bundle (an MLA bundle folder) or both")
+    from feddg.flare.registry import saved_models
+
+    saved = {m.name: Path(getattr(args, _saved_dest(m.name))) for m in saved_models()
+             if getattr(args, _saved_dest(m.name)) is not None}
     return evaluate_folder(
         model_path=Path(args.model) if args.model else None, data_root=Path(args.data_root), sites=args.sites,
         layout=args.layout, overlays_dir=Path(args.overlays) if args.overlays else None,
         json_path=Path(args.json) if args.json else None, largest_component=args.largest_component,
-        bundle_path=Path(args.bundle) if args.bundle else None,
+        saved_models=saved,
     )
 
 
@@ -375,22 +261,26 @@ def _cmd_segment(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from typing import get_args
 
-    from feddg.config import SyntheticConfig
-    from feddg.flare.egress_filter import all_site_limits
+    from feddg.config import TASKS, SyntheticConfig
+    from feddg.flare.registry import saved_models
+    from feddg.flare.site_limits import all_site_limits
+    from feddg.layouts import LAYOUTS, files_help
+    from feddg.rehearsal.options import add_arguments as rehearsal_arguments
 
     parser = argparse.ArgumentParser(prog="feddg", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("check-data", help="check a data folder before joining a federation (changes nothing)")
-    p.add_argument("--layout", required=True, choices=["saml_nifti", "slice_png", "dofe_png"])
+    p.add_argument("--layout", required=True, choices=list(LAYOUTS),
+                   help=f"how the folder is organised: {files_help()}")
     p.add_argument("--root", required=True, help="folder holding one sub-folder per site")
     p.add_argument("--sites", nargs="*", help="site folders to check (default: all)")
-    p.add_argument("--task", choices=["prostate", "fundus"], help="default: from the layout")
+    p.add_argument("--task", choices=list(TASKS), help="default: from the layout")
     p.add_argument("--json", help="also write the report as JSON to this file")
     p.set_defaults(func=_cmd_check_data)
 
     p = sub.add_parser("synth", help="write the synthetic multi-site data set")
-    p.add_argument("--task", required=True, choices=["prostate", "fundus"])
+    p.add_argument("--task", required=True, choices=list(TASKS))
     p.add_argument("--out", required=True)
     p.add_argument("--sites", nargs="*")
     p.add_argument("--seed", type=int, help="default: the jobs' seed")
@@ -403,13 +293,14 @@ def build_parser() -> argparse.ArgumentParser:
                         " default: as the task's jobs (style_and_content)")
     p.set_defaults(func=_cmd_synth)
 
-    p = sub.add_parser("evaluate", help="score a saved global model and/or an MLA bundle on a data folder")
+    p = sub.add_parser("evaluate", help="score a saved global model and/or the models a method saves beside it "
+                                        "(MLA's bundle) on a data folder")
     p.add_argument("--model", help="a checkpoint saved by a job (FL_global_model.pt or best_...)")
-    p.add_argument("--bundle", help="an MLA bundle folder (mla_bundle/ in an MLA job's server run folder): the "
-                                    "attention-combined model is scored next to --model")
+    for saved in saved_models():  # each method's saved model (MLA: --bundle), declared by its part
+        p.add_argument(saved.option, dest=_saved_dest(saved.name), help=saved.help)
     p.add_argument("--data-root", required=True, help="folder with one sub-folder per site, in the model's layout")
     p.add_argument("--sites", nargs="+", required=True, help="site folder(s) to evaluate, each as an unseen site")
-    p.add_argument("--layout", help="default: the layout the model was trained on")
+    p.add_argument("--layout", choices=list(LAYOUTS), help="default: the layout the model was trained on")
     p.add_argument("--overlays", help="write PNG overlays of prediction (red) vs ground truth (green) here")
     p.add_argument("--json", help="write the metrics as JSON to this file")
     p.add_argument("--largest-component", action="store_true", help="keep the largest connected component")
@@ -434,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("benchmark", help="leave-one-site-out sweep: methods x held-out sites x seeds, each a "
                                          "simulator run, then tables, paired intervals and plots (extra flags after "
                                          "-- go to nvflare simulator)")
-    p.add_argument("--task", required=True, choices=["prostate", "fundus"])
+    p.add_argument("--task", required=True, choices=list(TASKS))
     p.add_argument("--out", required=True, help="results folder (created; an existing one is resumed)")
     p.add_argument("--methods", help="comma-separated methods (default: every method of the task)")
     p.add_argument("--held-out", help="comma-separated held-out sites, or all (default)")
@@ -444,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a feddg.yaml setting of every run (repeatable), on top of the sweep's protocol for the "
                         "task (many rounds of one local epoch, chosen by the rounds pilot)")
     p.add_argument("--data-root", help="real data: a folder with one sub-folder per site")
-    p.add_argument("--layout", choices=["saml_nifti", "slice_png", "dofe_png"], help="with --data-root")
+    p.add_argument("--layout", choices=list(LAYOUTS), help="with --data-root")
     p.add_argument("--run-timeout", type=float, default=3600, help="seconds a run may take (default: 3600)")
     p.add_argument("--retry-failed", action="store_true", help="run failed or timed-out runs again")
     p.add_argument("--resamples", type=int, default=9999, help="bootstrap resamples (default: 9999)")
@@ -455,11 +346,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--move-aside-mismatched", action="store_true",
                    help="move the folder's runs whose config is not this protocol's to OUT/aside/ (default: refuse "
                         "the folder, naming the first such run and setting)")
+    from feddg.benchmark.executors import add_executor_arguments
+
+    add_executor_arguments(p)  # --executor and each executor's own options (feddg.benchmark.executors)
     p.set_defaults(func=_cmd_benchmark, passthrough="after --")
 
-    p = sub.add_parser("make-jobs", help="regenerate the job folders from the template")
+    p = sub.add_parser("make-jobs", help="write the job folders as their recipes' exports (feddg.recipes)")
     p.add_argument("--out", help="folder for the jobs (default: jobs)")
-    p.add_argument("--check", action="store_true", help="only report job files that differ from the template")
+    p.add_argument("--check", action="store_true",
+                   help="only report job files that differ from the recipes' exports (changed, missing, extra)")
     p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
                    help="change a feddg.yaml setting of every job written (repeatable; only with --out)")
     p.add_argument("--paper", action="store_true", help="the papers' setting (384 px, 100 rounds, batch 5), for GPUs")
@@ -480,8 +375,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workspace", default="/tmp/feddg/poc", help="POC folder (deleted and recreated)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the job")
     p.set_defaults(func=_cmd_poc)
-
-    from feddg.rehearsal.command import add_arguments as rehearsal_arguments
 
     p = sub.add_parser("rehearse-network", help="rehearse a job with provisioned kits on separate network stacks "
                                                 "(namespaces, root), with link, restart and foreign-kit drills")

@@ -11,6 +11,9 @@ each). NVFlare does not tell a site how many siblings it has, so the one who sta
   number of hospitals; the simulator and the POC pass their environment on to every site process. A plain
   ``nvflare simulator -t N`` run does not set it: every site then takes all cores, as in a real deployment; set
   ``FEDDG_SITE_PROCESSES=N`` yourself for such runs.
+* ``FEDDG_CONCURRENT_RUNS`` (environment): how many simulator runs share this host at once (the sweep's
+  ``--parallel N``); ``feddg simulate`` multiplies its site processes by it, so that the budget counts every site
+  process on the host.
 * ``num_threads`` in the site's own ``local/feddg_site.json`` wins over both (a hospital that shares its host
   with other work, or wants fewer threads for the job).
 
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SITE_PROCESSES_ENV = "FEDDG_SITE_PROCESSES"
+CONCURRENT_RUNS_ENV = "FEDDG_CONCURRENT_RUNS"
 _CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 logger = logging.getLogger(__name__)
@@ -76,9 +80,10 @@ def available_cores(cgroup_cpu_max: Path = _CGROUP_CPU_MAX) -> int:
     return max(1, cores)
 
 
-def site_processes_from_env(environ: dict[str, str] | None = None) -> int:
-    """``FEDDG_SITE_PROCESSES`` as a positive integer; 1 when it is not set."""
-    raw = (os.environ if environ is None else environ).get(SITE_PROCESSES_ENV)
+def _positive_int_from_env(name: str, meaning: str, environ: dict[str, str] | None) -> int:
+    """The environment variable ``name`` as a positive integer; 1 when it is not set; ThreadBudgetError naming it
+    and what it counts (``meaning``) otherwise."""
+    raw = (os.environ if environ is None else environ).get(name)
     if raw is None or raw.strip() == "":
         return 1
     try:
@@ -86,9 +91,20 @@ def site_processes_from_env(environ: dict[str, str] | None = None) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise ThreadBudgetError(f"environment variable {SITE_PROCESSES_ENV}={raw!r}: expected a positive integer "
-                                f"(the number of site processes that run at once on this host)")
+        raise ThreadBudgetError(f"environment variable {name}={raw!r}: expected a positive integer ({meaning})")
     return value
+
+
+def site_processes_from_env(environ: dict[str, str] | None = None) -> int:
+    """``FEDDG_SITE_PROCESSES`` as a positive integer; 1 when it is not set."""
+    return _positive_int_from_env(SITE_PROCESSES_ENV, "the number of site processes that run at once on this host",
+                                  environ)
+
+
+def concurrent_runs_from_env(environ: dict[str, str] | None = None) -> int:
+    """``FEDDG_CONCURRENT_RUNS`` as a positive integer (the simulator runs sharing this host); 1 when not set."""
+    return _positive_int_from_env(CONCURRENT_RUNS_ENV, "the number of simulator runs that share this host at once",
+                                  environ)
 
 
 def thread_budget(cores: int, site_processes: int, site_threads: int | None = None) -> ThreadBudget:

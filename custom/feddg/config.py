@@ -15,25 +15,26 @@ empty file or an empty ``data:`` section is an error, not the synthetic prostate
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from .layouts import LAYOUTS, layouts_for
 
 TASKS = {
     # task -> (input channels, structure names). Fundus: disc is the union of rim and cup (multi-label).
     "prostate": (1, ("prostate",)),
     "fundus": (3, ("disc", "cup")),
 }
-# layout -> the task whose labels its masks encode (feddg.data.layouts describes each layout).
-LAYOUT_TASKS = {"saml_nifti": "prostate", "slice_png": "prostate", "dofe_png": "fundus"}
-LAYOUTS = tuple(LAYOUT_TASKS)
 
 Task = Literal["prostate", "fundus"]
-Layout = Literal["saml_nifti", "slice_png", "dofe_png"]
+LayoutName = Literal[tuple(LAYOUTS)]  # the layouts declared in feddg.layouts, each with the task its masks encode
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 NonNegativeFloat = Annotated[float, Field(ge=0)]
@@ -46,50 +47,65 @@ class ConfigError(ValueError):
     (when there is one), the field path and the value."""
 
 
-class _Section(BaseModel):
-    """Strict: no coercion between types (an int is accepted where a float is meant), unknown keys refused, no
-    NaN/Inf."""
+class Settings(BaseModel):
+    """A section of ``feddg.yaml``: strict (no coercion between types; an int is accepted where a float is meant),
+    unknown keys refused, no NaN/Inf. Every key carries ``Field(description=...)``: the feddg.yaml reference page is
+    generated from them (:mod:`feddg.docs_reference`). A method's own section subclasses this model in its folder."""
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 
-class SyntheticConfig(_Section):
+def _list(*values: Any) -> Any:
+    """A default_factory for a list default (pydantic copies mutable defaults, but a factory says so)."""
+    return lambda: list(values)
+
+
+class SyntheticConfig(Settings):
     """Size of the embedded synthetic multi-site data set and how its sites differ (generated on first use, then
     cached)."""
 
-    seed: NonNegativeInt = 0
-    cases_per_site: PositiveInt = 8  # prostate: volumes per site; fundus: images per site (train + test)
-    slices_per_case: PositiveInt = 12  # prostate only
-    size: PositiveInt = 96  # in-plane size written to disk (px)
-    held_out_cases: PositiveInt | None = None  # cases of the unseen site instead of cases_per_site (more test
-    # cases narrow the intervals of a comparison and cost evaluation only); None: cases_per_site. Case i of a site
-    # is the same whatever the count, so the training sites' data does not depend on this setting.
-    shift: Literal["style_and_content", "style_only"] = "style_and_content"  # how the sites differ.
-    # "style_and_content": each site has its own acquisition style (intensity curve, bias field, noise, blur,
-    # resolution, field of view, colour cast) AND its own anatomy and labelling convention (prostate: gland size,
-    # shape, mask margin, smoothed or jagged outline, unlabelled apex/base slices; fundus: disc size and shape,
-    # cup-to-disc ratio, disc and cup margins, smoothed contours): a shift that exchanging image styles (e.g. the
-    # amplitude spectra of ELCFS) does not undo.
-    # "style_only": the same anatomy and labelling distribution at every site, sites differ by style alone.
-    # The tables are in feddg.data.synthetic.prostate and .fundus.
+    seed: NonNegativeInt = Field(0, description="seed of the generated images and masks")
+    cases_per_site: PositiveInt = Field(8, description="prostate: volumes per site; fundus: images per site "
+                                                       "(train + test)")
+    slices_per_case: PositiveInt = Field(12, description="slices of a synthetic prostate volume (prostate only)")
+    size: PositiveInt = Field(96, description="in-plane size written to disk (px)")
+    held_out_cases: PositiveInt | None = Field(None, description=(
+        "cases of the unseen site instead of cases_per_site (more test cases narrow the intervals of a comparison "
+        "and cost evaluation only); null: cases_per_site. Case i of a site is the same whatever the count, so the "
+        "training sites' data does not depend on this setting"))
+    shift: Literal["style_and_content", "style_only"] = Field("style_and_content", description=(
+        "how the sites differ. style_and_content: each site has its own acquisition style (intensity curve, bias "
+        "field, noise, blur, resolution, field of view, colour cast) and its own anatomy and labelling convention "
+        "(prostate: gland size, shape, mask margin, smoothed or jagged outline, unlabelled apex/base slices; "
+        "fundus: disc size and shape, cup-to-disc ratio, disc and cup margins, smoothed contours): a shift that "
+        "exchanging image styles does not undo. style_only: the same anatomy and labelling at every site, sites "
+        "differ by style alone (tables in feddg.data.synthetic.prostate and .fundus)"))
 
 
-class DataConfig(_Section):
+class DataConfig(Settings):
     """Where a task's data lives and how it is turned into 2D training samples."""
 
-    task: Task = "prostate"
-    layout: Layout = "saml_nifti"
-    root: str | None = None  # None: the synthetic default, generated into the cache on first use
-    sites: list[SiteName] = Field(default_factory=lambda: ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"])
-    unseen_site: SiteName = "RUNMC"
-    image_size: PositiveInt = 64  # network input size (square, a multiple of 16); the papers use 384
-    val_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.2  # case-level share of a training site's train data
-    # held out for validation
-    split_seed: NonNegativeInt = 0
-    zscore: Literal["volume", "slice"] = "volume"  # MRI intensity normalisation: per case or per slice
-    train_empty_slices: bool = False  # train on slices without foreground (evaluation always uses all)
-    cache_dir: str | None = None  # default: $FEDDG_CACHE or ~/.cache/feddg
-    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig)
+    task: Task = Field("prostate", description="the segmentation task: prostate (MRI) or fundus (optic disc and cup)")
+    layout: LayoutName = Field("saml_nifti", description="how the data folder is organised (the data layouts page)")
+    root: str | None = Field(None, description="the data folder, one sub-folder per site; null: the synthetic "
+                                               "default, generated into the cache on first use")
+    sites: list[SiteName] = Field(default_factory=_list("BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"),
+                                  description="every site of the job (folder names under root), the unseen one "
+                                              "included")
+    unseen_site: SiteName = Field("RUNMC", description="the held-out site: it never trains and only evaluates")
+    image_size: PositiveInt = Field(64, description="network input size (square, a multiple of 16); the papers "
+                                                    "use 384")
+    val_fraction: Annotated[float, Field(ge=0, lt=1)] = Field(0.2, description=(
+        "case-level share of a training site's train data held out for validation"))
+    split_seed: NonNegativeInt = Field(0, description="seed of the case-level train/validation split")
+    zscore: Literal["volume", "slice"] = Field("volume", description="MRI intensity normalisation: per case or per "
+                                                                     "slice")
+    train_empty_slices: bool = Field(False, description="train on slices without foreground (evaluation always "
+                                                        "uses all)")
+    cache_dir: str | None = Field(None, description="where synthetic data and decoded slices are cached; null: "
+                                                    "$FEDDG_CACHE or ~/.cache/feddg")
+    synthetic: SyntheticConfig = Field(default_factory=SyntheticConfig,
+                                       description="the embedded synthetic data (read when root is null)")
 
     @property
     def train_sites(self) -> list[str]:
@@ -112,121 +128,81 @@ class DataConfig(_Section):
         return Path(base).expanduser()
 
 
-class ModelConfig(_Section):
+class ModelConfig(Settings):
     """The 2D U-Net (MONAI BasicUNet): six feature widths, as BasicUNet takes them."""
 
     features: Annotated[list[PositiveInt], Field(min_length=6, max_length=6)] = Field(
-        default_factory=lambda: [16, 16, 32, 64, 128, 16])
-    norm: Literal["batch", "instance"] = "batch"  # as MONAI names them
-    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.0
-    bin_levels: Annotated[int, Field(ge=0, le=5)] = 0  # BIN-Net (MLA-BIN): BIN blocks in the top n encoder
-    # levels, 0-5 (the paper uses 3)
+        default_factory=_list(16, 16, 32, 64, 128, 16), description="BasicUNet's six feature widths")
+    norm: Literal["batch", "instance"] = Field("batch", description="normalisation layers, as MONAI names them")
+    dropout: Annotated[float, Field(ge=0, lt=1)] = Field(0.0, description="dropout probability of the U-Net")
+    bin_levels: Annotated[int, Field(ge=0, le=5)] = Field(0, description=(
+        "BIN-Net (MLA-BIN): batch-instance normalization in the top n encoder levels, 0-5 (the paper uses 3)"))
 
 
-class TrainConfig(_Section):
+class TrainConfig(Settings):
     """Federated and local training settings."""
 
-    rounds: PositiveInt = 5
-    local_epochs: PositiveInt = 1
-    local_steps: PositiveInt | None = None  # optimizer steps per round instead of whole epochs (the
-    # gradient-alignment paper runs 1); None trains ``local_epochs`` epochs
-    batch_size: PositiveInt = 8
-    lr: PositiveFloat = 1e-3
-    fedprox_mu: NonNegativeFloat = 0.0  # > 0 adds FedProx's proximal term to the local loss
-    augment: bool = True
-    seed: NonNegativeInt = 0
-    min_sites: PositiveInt | None = None  # minimum training sites per round; None: all training sites
-    task_timeout: PositiveInt = 3600  # seconds a round waits for the sites before going on with those that answered
-    amp: Literal["auto", "bf16", "fp16", "off"] = "auto"  # mixed precision of the sites' training
-    # (feddg.precision): auto = bf16 on CUDA, float32 on the CPU
+    rounds: PositiveInt = Field(5, description="federated rounds")
+    local_epochs: PositiveInt = Field(1, description="local epochs per round")
+    local_steps: PositiveInt | None = Field(None, description=(
+        "optimizer steps per round instead of whole epochs (the gradient-alignment paper runs 1); null: "
+        "local_epochs epochs"))
+    batch_size: PositiveInt = Field(8, description="local training batch size")
+    lr: PositiveFloat = Field(1e-3, description="Adam learning rate of the local training")
+    fedprox_mu: NonNegativeFloat = Field(0.0, description="> 0 adds FedProx's proximal term to the local loss")
+    augment: bool = Field(True, description="random flips, rotations and intensity augmentation of training slices")
+    seed: NonNegativeInt = Field(0, description=(
+        "the training seed: initial weights, data order, augmentation (a benchmark's seed sets it)"))
+    min_sites: PositiveInt | None = Field(None, description="minimum training sites per round; null: all training "
+                                                            "sites")
+    task_timeout: PositiveInt = Field(3600, description=(
+        "seconds a round waits for the sites before going on with those that answered"))
+    amp: Literal["auto", "bf16", "fp16", "off"] = Field("auto", description=(
+        "mixed precision of the sites' training (feddg.precision): auto = bf16 on CUDA, float32 on the CPU"))
 
 
-class EvalConfig(_Section):
+class EvalConfig(Settings):
     """How the global model is scored."""
 
-    largest_component: bool = False  # keep only the largest connected component of each structure
-    batch_size: PositiveInt = 16
-    timeout: PositiveInt | None = None  # seconds the final evaluation waits for the sites; None: train.task_timeout
+    largest_component: bool = Field(False, description="keep only the largest connected component of each "
+                                                       "structure")
+    batch_size: PositiveInt = Field(16, description="evaluation batch size")
+    timeout: PositiveInt | None = Field(None, description=(
+        "seconds the final evaluation waits for the sites; null: train.task_timeout"))
 
 
-class GAConfig(_Section):
-    """FedDG-GA (Zhang et al., CVPR 2023): generalization adjustment of the aggregation weights. Only GA jobs read
-    this section."""
+class FedDGConfig(Settings):
+    """The base sections of every ``feddg.yaml``; a method's own section is added to the schema by its part
+    (:func:`experiment_schema`, assembled by :func:`feddg.flare.registry.experiment_schema`)."""
 
-    step_size: Annotated[float, Field(ge=0, lt=1)] = 0.05  # d of Eq. (3); round r moves the weights by
-    # d_r = (1 - r / R) d. 0 keeps the uniform weights a_i = 1/M: the paper's Table 3 control ("step 0")
-
-
-class GradAlignConfig(_Section):
-    """Gradient alignment of the sites' weight differences (Algorithm 1). Only gradient-alignment jobs read this
-    section; the random order in which each site visits the others is drawn from ``train.seed`` and the round."""
-
-    lam: Annotated[float, Field(gt=0, le=0.5)] = 0.1  # lambda of Eq. (5)
-    average_norm_stats: bool = True  # average normalization running statistics plainly instead of aligning them
-
-
-class ELCFSConfig(_Section):
-    """ELCFS (Liu et al., CVPR 2021): the amplitude exchange and the boundary-oriented episodic learning.
-    Only ELCFS jobs read this section."""
-
-    alpha: Annotated[float, Field(ge=0, le=0.5)] = 0.01  # window M = [-alpha H : alpha H, -alpha W : alpha W] of
-    # the centred amplitude spectrum
-    min_half_width: NonNegativeInt = 1  # floor of b = floor(alpha H): below 100 px alpha = 0.01 would keep the DC
-    bank_images: PositiveInt | None = None  # images a site contributes to the amplitude bank; None: all
-    transforms_per_image: PositiveInt | None = None  # n_t meta-test images per image; None: K - 1, one per other site
-    lam_range: Annotated[list[Annotated[float, Field(ge=0, le=1)]], Field(min_length=2, max_length=2)] = Field(
-        default_factory=lambda: [0.0, 1.0])  # interpolation ratio lambda ~ U(range)
-    meta_step_size: NonNegativeFloat = 1e-3  # beta, the inner step of Eq. (4)
-    boundary_weight: NonNegativeFloat = 0.5  # gamma of Eq. (8): 0.5 prostate, 0.1 fundus in the paper
-    temperature: PositiveFloat = 0.05  # tau of Eq. (6)
-    contrast_denominator: Literal["negatives", "all"] = "all"  # Eq. (6): "negatives" as printed, or "all" as in
-    # the cited SimCLR InfoNCE (measured: the printed form drowns the Dice loss; see feddg/methods/boundary.py)
-    dilation_iterations: PositiveInt = 5  # width of the background ring around the anatomy
-    second_order: bool = False  # back-propagate through the inner step (the authors' code is first order)
-    exchange_timeout: PositiveInt = 600  # seconds each step of the amplitude exchange waits for the sites
-
-
-MLA_ENCODERS = ("random", "global")
-MLA_MODES = ("mean", "per_image")
-
-
-class MLAConfig(_Section):
-    """MLA (MLA-BIN, section 2.2): the feature bank after training, the domain attention module (DAM) and the
-    attention-weighted combination of the sites' local models. Only MLA jobs read this section; the BIN-Net half
-    of MLA-BIN is ``model.bin_levels``."""
-
-    encoder: Literal["random", "global"] = "random"  # the shared feature encoder of Eq. (2): "random" (a CNN
-    # drawn from encoder_seed, rebuilt at every site from the seed alone) or "global" (the final global model's
-    # encoder)
-    encoder_seed: NonNegativeInt = 0
-    encoder_width: PositiveInt = 32  # random encoder: channels of its first stage, doubled per stage
-    encoder_depth: PositiveInt = 3  # random encoder: stages; its features = encoder_width * 2 ** (encoder_depth - 1)
-    feature_images: PositiveInt | None = None  # training images per site mapped to feature vectors (a seeded
-    # random subset); None: all of them
-    attention_epochs: PositiveInt = 100  # section 3.2: 100 epochs, lr 1e-3, batch 8
-    attention_lr: PositiveFloat = 1e-3
-    attention_batch_size: PositiveInt = 8
-    attention_seed: NonNegativeInt = 0  # the DAM's initialization and shuffling
-    attention_conv_channels: PositiveInt = 128  # widths of the DAM (the paper gives none)
-    attention_hidden: PositiveInt = 64
-    attention_mode: Literal["mean", "per_image"] = "mean"  # "mean": one combined model per site from the mean
-    # per-image softmax; "per_image": one combined model per image
-    features_timeout: PositiveInt = 600  # seconds the feature task waits for the sites
-    eval_timeout: PositiveInt = 3600  # seconds the evaluation of the MLA model waits for the sites
-
-
-class FedDGConfig(_Section):
-    data: DataConfig = Field(default_factory=DataConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    eval: EvalConfig = Field(default_factory=EvalConfig)
-    ga: GAConfig = Field(default_factory=GAConfig)
-    gradalign: GradAlignConfig = Field(default_factory=GradAlignConfig)
-    elcfs: ELCFSConfig = Field(default_factory=ELCFSConfig)
-    mla: MLAConfig = Field(default_factory=MLAConfig)
+    data: DataConfig = Field(default_factory=DataConfig, description="the data: task, layout, sites, the unseen "
+                                                                     "site, preprocessing")
+    model: ModelConfig = Field(default_factory=ModelConfig, description="the network")
+    train: TrainConfig = Field(default_factory=TrainConfig, description="federated and local training")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="scoring of the global model")
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()
+
+
+def experiment_schema(sections: Mapping[str, tuple[type[BaseModel], str]]) -> type[FedDGConfig]:
+    """The schema of a whole ``feddg.yaml``: the base sections plus ``sections`` (name -> (settings model,
+    description)), each defaulting to its model's defaults. Built once per set of sections (the registry's parts)."""
+    key = tuple((name, model, text) for name, (model, text) in sections.items())
+    return _schema(key)
+
+
+@functools.lru_cache(maxsize=8)
+def _schema(sections: tuple[tuple[str, type[BaseModel], str], ...]) -> type[FedDGConfig]:
+    if not sections:
+        return FedDGConfig
+    taken = set(FedDGConfig.model_fields)
+    for name, _, _ in sections:
+        if name in taken:
+            raise ValueError(f"feddg.yaml section {name!r} is declared twice")
+        taken.add(name)
+    fields = {name: (model, Field(default_factory=model, description=text)) for name, model, text in sections}
+    return create_model("Experiment", __base__=FedDGConfig, __doc__=FedDGConfig.__doc__, **fields)
 
 
 # Keys a configuration must name itself (a missing one would silently mean the synthetic prostate default).
@@ -242,36 +218,23 @@ def validate(cfg: FedDGConfig) -> FedDGConfig:
         raise ConfigError(f"data.unseen_site: {d.unseen_site!r} is not one of data.sites {d.sites}")
     if not d.train_sites:
         raise ConfigError(f"data.sites: no training site: {d.sites} holds only the unseen site {d.unseen_site!r}")
-    if LAYOUT_TASKS[d.layout] != d.task:
-        fitting = [name for name, task in LAYOUT_TASKS.items() if task == d.task]
-        raise ConfigError(f"data.layout: {d.layout!r} holds {LAYOUT_TASKS[d.layout]} data, not {d.task} data; "
-                          f"choose one of {fitting}")
+    if LAYOUTS[d.layout].task != d.task:
+        raise ConfigError(f"data.layout: {d.layout!r} holds {LAYOUTS[d.layout].task} data, not {d.task} data; "
+                          f"choose one of {layouts_for(d.task)}")
     if d.image_size < 16 or d.image_size % 16:
         raise ConfigError(f"data.image_size: must be a multiple of 16 (four poolings), got {d.image_size}")
     t = cfg.train
     if t.min_sites is not None and t.min_sites > len(d.train_sites):
         raise ConfigError(f"train.min_sites: must be between 1 and {len(d.train_sites)} (the training sites), "
                           f"got {t.min_sites}")
-    e = cfg.elcfs
-    others = max(len(d.train_sites) - 1, 1)
-    if e.transforms_per_image is not None and e.transforms_per_image > others:
-        raise ConfigError(f"elcfs.transforms_per_image: must be between 1 and {others} (the other training sites) "
-                          f"or null, got {e.transforms_per_image}")
-    if e.lam_range[0] > e.lam_range[1]:
-        raise ConfigError(f"elcfs.lam_range: must be [low, high] with low <= high, got {e.lam_range}")
     return cfg
 
 
-def mla_feature_width(cfg: FedDGConfig) -> int:
-    """The width of MLA's feature vectors (Eq. 2): the random encoder's last stage, or the deepest encoder level
-    of the network for the global model's encoder."""
-    if cfg.mla.encoder == "global":
-        return int(cfg.model.features[4])
-    return int(cfg.mla.encoder_width * 2 ** (cfg.mla.encoder_depth - 1))
-
-
-def config_from_dict(raw: Any) -> FedDGConfig:
-    """Validate an experiment given as plain data (a parsed ``feddg.yaml``, a checkpoint's stored config).
+def config_from_dict(raw: Any, schema: type[FedDGConfig] = FedDGConfig,
+                     checks: Sequence[Callable[[FedDGConfig], None]] = ()) -> FedDGConfig:
+    """Validate an experiment given as plain data (a parsed ``feddg.yaml``, a checkpoint's stored config) against
+    ``schema`` (default: the base sections only; a job's methods add theirs: use
+    :func:`feddg.flare.registry.experiment_from_dict`), then the base checks and ``checks``.
 
     Raises :class:`ConfigError` naming the field path and the value; every problem of the schema is listed."""
     if not isinstance(raw, dict) or not raw:
@@ -287,10 +250,13 @@ def config_from_dict(raw: Any) -> FedDGConfig:
                               + ("the data section is required" if path == ("data",) else
                                  "name it explicitly (data.root: null means the synthetic default)"))
     try:
-        cfg = FedDGConfig.model_validate(raw)
+        cfg = schema.model_validate(raw)
     except ValidationError as e:
-        raise ConfigError(describe_validation_error(e, FedDGConfig)) from None
-    return validate(cfg)
+        raise ConfigError(describe_validation_error(e, schema)) from None
+    validate(cfg)
+    for check in checks:
+        check(cfg)
+    return cfg
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:
@@ -360,11 +326,13 @@ def read_yaml(path: str | os.PathLike) -> Any:
         raise ConfigError(f"{path}: cannot read the configuration: {e}") from e
 
 
-def load_config(path: str | os.PathLike) -> FedDGConfig:
-    """Read and validate a ``feddg.yaml``; errors name the file, the field and the value."""
+def load_config(path: str | os.PathLike, schema: type[FedDGConfig] = FedDGConfig,
+                checks: Sequence[Callable[[FedDGConfig], None]] = ()) -> FedDGConfig:
+    """Read and validate a ``feddg.yaml`` (:func:`config_from_dict`); errors name the file, the field and the
+    value."""
     raw = read_yaml(path)
     try:
-        return config_from_dict(raw)
+        return config_from_dict(raw, schema, checks)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
 

@@ -15,7 +15,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from feddg.config import ConfigError, FedDGConfig, config_from_dict
+from feddg.config import ConfigError, FedDGConfig
+from feddg.flare.registry import experiment_from_dict
 from feddg.data.dataset import SliceSet, load_site, preprocess
 from feddg.data.layouts import Decoded, layout_spec, read_nifti, saml_mask_case
 from feddg.evaluation import evaluate_sliceset, predict_logits
@@ -60,7 +61,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
         raise ValueError(f"{path}: not a FedDG checkpoint (no 'model' weights with a "
                          f"'train_conf.train.feddg_config'); give a FL_global_model.pt saved by a job")
     try:
-        cfg = config_from_dict(raw_cfg)
+        cfg = experiment_from_dict(raw_cfg)
     except ConfigError as e:
         raise ValueError(f"{path}: the configuration stored in the checkpoint is not valid: {e}") from None
     model = build_model(cfg)
@@ -114,28 +115,40 @@ def evaluate_folder(
     overlays_dir: Path | None = None,
     json_path: Path | None = None,
     largest_component: bool = False,
-    bundle_path: Path | None = None,
+    saved_models: Mapping[str, Path] | None = None,
 ) -> int:
-    """Score a saved global model (``model_path``), an MLA bundle (``bundle_path``) or both, side by side, on every
+    """Score a saved global model (``model_path``), the models the methods save beside it (``saved_models``: name ->
+    path, e.g. ``{"mla": bundle}``: :class:`feddg.flare.method_spec.SavedModel`) or both, side by side, on every
     image of each site folder (each treated as an unseen site); print the metrics table, optionally write PNG
-    overlays (of the global model) and a JSON file.
+    overlays (of the global model) and a JSON file (``info``: what each saved model reports per site, e.g. MLA's
+    attention weights).
 
     The sites are scored one by one: a site whose data cannot be read or scored does not stop the others. Every
     good site is in the table and the JSON; the failed ones are listed at the end (on stderr, and in the JSON as
     ``failed_sites``: site -> reason). Returns the process exit code: 0, or 1 when a site failed. A model or
     bundle that cannot be loaded is a ValueError before any site is scored.
 
-    With a bundle, MLA's application phase runs on each site's images: the attention weights D^w come from the
+    With MLA's bundle, MLA's application phase runs on each site's images: the attention weights D^w come from the
     site's own images (the bundle's mode, "mean" by default: one combined model per site), Eq. (4) combines the
     local models, and the combination is scored like the global model (rows of model ``mla``)."""
-    from feddg.flare.mla.bundle import evaluate_with_bundle, load_bundle
+    import importlib
 
-    if model_path is None and bundle_path is None:
-        raise ValueError("nothing to evaluate: give --model, --bundle or both")
+    from feddg.flare.registry import saved_models as declared
+
+    saved_models = dict(saved_models or {})
+    if model_path is None and not saved_models:
+        raise ValueError("nothing to evaluate: give --model, "
+                         + ", ".join(m.option for m in declared()) + " or several of them")
+    scorers = {}
+    for m in declared():
+        if m.name in saved_models:
+            module, _, function = m.scorer.partition(":")
+            scorers[m.name] = getattr(importlib.import_module(module), function)(saved_models.pop(m.name))
+    if saved_models:
+        raise ValueError(f"no method saves a model named {sorted(saved_models)}; known: {[m.name for m in declared()]}")
     device = select_device()
     model, cfg = load_checkpoint(model_path, device) if model_path is not None else (None, None)
-    bundle = load_bundle(bundle_path) if bundle_path is not None else None
-    rows, results, weights, failed = [], {}, {}, {}
+    rows, results, infos, failed = [], {}, {name: {} for name in scorers}, {}
     for site in sites:
         loaded: dict = {}
 
@@ -151,7 +164,7 @@ def evaluate_folder(
         # This site's rows, metrics and attention weights, kept only when the whole site is scored.
         site_table: list[dict[str, Any]] = []
         result: dict[str, Any] | None = None
-        info: dict[str, Any] | None = None
+        site_infos: dict[str, Any] = {}
         try:
             if model is not None:
                 test = test_of(cfg)
@@ -161,30 +174,27 @@ def evaluate_folder(
                 if overlays_dir is not None:
                     logits = predict_logits(model, test.images, device, cfg.eval.batch_size)
                     write_overlays(test, logits > 0, overlays_dir / site)
-            if bundle is not None:
-                bcfg = bundle.config
-                metrics, info = evaluate_with_bundle(
-                    bundle, {"test": test_of(bcfg)}, "test", device, bcfg.eval.batch_size,
-                    largest_component or bcfg.eval.largest_component,
-                )
-                site_table += site_rows("mla", site, "unseen", metrics, bcfg.data.label_names)
+            for name, scorer in scorers.items():
+                metrics, site_infos[name] = scorer.score(test_of(scorer.config), device, largest_component)
+                site_table += site_rows(name, site, "unseen", metrics, scorer.config.data.label_names)
         except (ValueError, OSError) as e:  # this site's data: score the others, report it at the end
             failed[site] = str(e)
             continue
         rows += site_table
         if result is not None:
             results[site] = result
-        if info is not None:
-            weights[site] = info
+        for name, info in site_infos.items():
+            if info is not None:
+                infos[name][site] = info
     if rows:
         print(format_table(rows))
-    for site, attention in weights.items():
-        print(f"MLA attention weights at {site} ({attention['mode']}, from {attention['n_images']} images): "
-              + ", ".join(f"{s} {w:.3f}" for s, w in attention["weights"].items()))
+    for name, by_site in infos.items():
+        for site, info in by_site.items():
+            print(scorers[name].describe(site, info))
     if json_path is not None:
         write_json(json_path, {"model": str(model_path) if model_path else None,
-                               "bundle": str(bundle_path) if bundle_path else None,
-                               "table": rows, "sites": results, "mla_weights": weights, "failed_sites": failed},
+                               "saved_models": {name: str(scorer.path) for name, scorer in scorers.items()},
+                               "table": rows, "sites": results, "info": infos, "failed_sites": failed},
                    indent=2)
     return report_failures({f"site {site}": reason for site, reason in failed.items()}, len(sites), "site")
 

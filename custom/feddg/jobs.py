@@ -1,7 +1,9 @@
 """One template for every job folder under ``jobs/``.
 
-The committed job folders are this module's output (``feddg make-jobs``), so they cannot drift apart; a test
-checks that the committed folders equal what the generator writes. A job is a classic NVFlare folder that
+This module describes each job (its experiment, its server and client configs, its ``meta.json``);
+:mod:`feddg.recipes` builds an NVFlare Recipe from that description and the committed job folders are the recipes'
+exports (``feddg make-jobs``), so they cannot drift apart; a test checks that the committed folders equal the
+exports byte for byte. A job is a classic NVFlare folder that
 ``nvflare simulator`` and ``nvflare job submit`` both accept and that carries no custom code: the sites run the
 installed ``feddg`` package.
 
@@ -21,12 +23,13 @@ from typing import Any
 
 import yaml
 
-from feddg.config import ConfigError, FedDGConfig, config_from_dict, read_yaml
+from feddg.config import ConfigError, FedDGConfig, read_yaml
 from feddg.flare.constants import CONFIG_FILE, TASK_REQUEST_INTERVAL, FedDGTask
-from feddg.flare.registry import merge, method, methods
+from feddg.flare.registry import experiment_from_dict, merge, method, methods
 from feddg.flare.site_policy import FED_EVENT_CONVERTER, TB_RECEIVER, TB_WRITER
+from feddg.report import REPORT_FILE
 
-# CPU-sized defaults on the synthetic data; the README's "paper-sized" section says what to change on a GPU.
+# CPU-sized defaults on the synthetic data; docs/gpu.md says what to change on a GPU.
 _CPU_MODEL = {"features": [16, 16, 32, 64, 128, 16], "norm": "batch", "dropout": 0.0}
 _CPU_TRAIN = {"rounds": 4, "local_epochs": 10, "batch_size": 4, "lr": 1e-3, "fedprox_mu": 0.0,
               "augment": True, "seed": 0, "min_sites": None, "task_timeout": 3600, "local_steps": None}
@@ -79,7 +82,7 @@ def experiment(task: str, method_name: str, overrides: dict | None = None, valid
     """The ``feddg.yaml`` content of one job, validated unless ``validate`` is off (to compare settings)."""
     raw = merge(merge(TASK_DEFAULTS[task], method(method_name).experiment(task)), overrides or {})
     if validate:
-        config_from_dict(raw)  # fail here, not in a site's process
+        experiment_from_dict(raw)  # fail here, not in a site's process
     return raw
 
 
@@ -88,7 +91,7 @@ def server_config(method_name: str) -> dict[str, Any]:
     components, the persistor and TensorBoard."""
     m = method(method_name)
     rounds = {"config_file": CONFIG_FILE, "aggregator_id": "aggregator", "persistor_id": "persistor",
-              "report_file": "feddg_report.json", **m.round_args}
+              "report_file": REPORT_FILE, **m.round_args}
     return {
         "format_version": 2,
         "server": {"task_request_interval": TASK_REQUEST_INTERVAL},
@@ -109,8 +112,8 @@ def server_config(method_name: str) -> dict[str, Any]:
 
 
 def client_config(method_name: str) -> dict[str, Any]:
-    """The sites' config: the method's executor, and the job filters of its exchanges (which read the job's
-    ``feddg.yaml`` at run time: no value derived from the experiment is written here)."""
+    """The sites' config: the method's executor, its site hooks, and the job filters of its exchanges (which read
+    the job's ``feddg.yaml`` at run time: no value derived from the experiment is written here)."""
     m = method(method_name)
     return {
         "format_version": 2,
@@ -122,6 +125,7 @@ def client_config(method_name: str) -> dict[str, Any]:
         "task_data_filters": [{"tasks": list(f.tasks), "filters": [f.filter.config()]} for f in m.data_filters],
         "task_result_filters": [{"tasks": list(f.tasks), "filters": [f.filter.config()]} for f in m.result_filters],
         "components": [
+            *(hook.component.config() for hook in m.site_hooks),
             {"id": "tb_writer", "path": TB_WRITER, "args": {}},
             {"id": "fed_event_converter", "path": FED_EVENT_CONVERTER,
              "args": {"events_to_convert": ["analytix_log_stats"], "fed_event_prefix": "fed."}},
@@ -130,23 +134,20 @@ def client_config(method_name: str) -> dict[str, Any]:
 
 
 def render_job(name: str, overrides: dict | None = None) -> dict[str, str]:
-    """Relative path -> file content of one job folder."""
-    task, method_name = name.split("_", 1)
-    if name not in JOBS and (task not in TASK_DEFAULTS or method_name not in methods()):
-        raise ValueError(f"unknown job {name!r}; the jobs are {JOBS}")
-    exp = experiment(task, method_name, overrides)
-    cfg = config_from_dict(exp)
+    """Relative path -> file content of one job folder: the export of its recipe (:mod:`feddg.recipes`)."""
+    from feddg.recipes.export import job_files
+
+    return job_files(name, overrides)
+
+
+def experiment_file(name: str, experiment_: dict[str, Any]) -> str:
+    """The text of a job's ``feddg.yaml``: a header, then ``experiment_`` (from :func:`experiment`) in YAML."""
     header = (
         f"# {name}: the experiment that the server and every site of this job read.\n"
         f"# Generated by `feddg make-jobs` from feddg/jobs.py; edit there (or copy the job and edit freely).\n"
         f"# data.root: null trains on the embedded synthetic sites; set it to your data folder for real data.\n"
     )
-    return {
-        "meta.json": _json(job_meta(name, cfg)),
-        "app/config/config_fed_server.json": _json(server_config(method_name)),
-        "app/config/config_fed_client.json": _json(client_config(method_name)),
-        f"app/config/{CONFIG_FILE}": header + yaml.safe_dump(exp, sort_keys=False, default_flow_style=False),
-    }
+    return header + yaml.safe_dump(experiment_, sort_keys=False, default_flow_style=False)
 
 
 def job_meta(name: str, cfg: FedDGConfig) -> dict[str, Any]:
@@ -167,7 +168,7 @@ def override_job(job: Path, overrides: dict[str, Any], out: Path) -> Path:
     source = job / "app" / "config" / CONFIG_FILE
     experiment_ = merge(read_yaml(source), overrides)
     try:
-        cfg = config_from_dict(experiment_)
+        cfg = experiment_from_dict(experiment_)
     except ConfigError as e:
         raise ConfigError(f"{source} with --set: {e}") from None
     meta = json.loads((job / "meta.json").read_text()) if (job / "meta.json").exists() else {}
@@ -189,20 +190,16 @@ def _json(obj: Any) -> str:
 
 
 def write_job(out_dir: Path, name: str, overrides: dict | None = None) -> Path:
-    job_dir = Path(out_dir) / name
-    for rel, content in render_job(name, overrides).items():
-        path = job_dir / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
-    return job_dir
+    """Export the job ``name``'s recipe (with ``overrides``) to ``out_dir/name``, replacing a folder of that job
+    there (:func:`feddg.recipes.export.export_job`); returns the folder."""
+    from feddg.recipes.export import export_job
+
+    return export_job(name, Path(out_dir), overrides)
 
 
 def stale_files(jobs_dir: Path) -> list[str]:
-    """Files under ``jobs_dir`` that differ from what the generator writes (empty when up to date)."""
-    stale = []
-    for name in JOBS:
-        for rel, content in render_job(name).items():
-            path = Path(jobs_dir) / name / rel
-            if not path.exists() or path.read_text() != content:
-                stale.append(str(path))
-    return stale
+    """Files under ``jobs_dir`` that differ from the recipes' exports, are missing or are extra (an ``app/custom``
+    folder is drift); empty when up to date (:func:`feddg.recipes.export.stale_jobs`)."""
+    from feddg.recipes.export import stale_jobs
+
+    return stale_jobs(Path(jobs_dir), JOBS)

@@ -34,13 +34,11 @@ import psutil
 import yaml
 
 from feddg.compute import SITE_PROCESSES_ENV
-from feddg.config import load_config
+from feddg.flare.registry import load_experiment
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.site_policy import install_site_policy
 from feddg.provisioning import FED_LEARN_PORT, hospital_admins, project
-from feddg.report import format_table
-
-REPORT = "feddg_report.json"
+from feddg.report import REPORT_FILE, format_table
 
 
 class RehearsalError(RuntimeError):
@@ -97,12 +95,12 @@ def start(poc: POC, ready_timeout: float = 120) -> None:
     with socket.socket() as s:
         if s.connect_ex(("localhost", FED_LEARN_PORT)) == 0:
             raise RehearsalError(f"port {FED_LEARN_PORT} is in use: another FLARE server (a POC?) is running here")
-    poc.processes.append(_launch(poc.kit(poc.server), poc.workspace / "logs" / "server.log"))
+    poc.processes.append(start_participant(poc.kit(poc.server), poc.workspace / "logs" / "server.log"))
     _wait_for_port("localhost", FED_LEARN_PORT, ready_timeout, poc)
     # Every hospital runs on this one host: each job process takes its share of the cores (feddg.compute).
     site_env = {**os.environ, SITE_PROCESSES_ENV: str(len(poc.clients))}
     for site in poc.clients:
-        poc.processes.append(_launch(poc.kit(site), poc.workspace / "logs" / f"{site}.log", site_env))
+        poc.processes.append(start_participant(poc.kit(site), poc.workspace / "logs" / f"{site}.log", site_env))
     time.sleep(5)  # let the clients register before a job is scheduled
     for proc in poc.processes:
         if proc.poll() is not None:
@@ -110,9 +108,15 @@ def start(poc: POC, ready_timeout: float = 120) -> None:
                                  f"{poc.workspace / 'logs'}")
 
 
-def _launch(kit: Path, log: Path, env: dict[str, str] | None = None, prefix: list[str] | None = None
-            ) -> subprocess.Popen:
-    """Start one participant from its kit (``sub_start.sh --once``: no restart loop), its output to ``log``."""
+def start_participant(kit: Path, log: Path, env: dict[str, str] | None = None, prefix: list[str] | None = None
+                      ) -> subprocess.Popen:
+    """Start one participant (the server or a hospital) from its startup kit, as a process the caller owns.
+
+    It runs NVFlare's ``startup/sub_start.sh --once`` (the kit's start script without its restart loop) in ``kit``,
+    in a session of its own, its output and errors appended to ``log`` (folders created). ``env``: its environment
+    (default: this process's); ``prefix``: an argv that runs it elsewhere, e.g. ``ip netns exec <namespace>`` for the
+    network rehearsal's namespaces. The caller stops it, and the processes it starts, with :func:`stop_processes`.
+    """
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a") as out:  # the child keeps its own descriptor
         return subprocess.Popen([*(prefix or []), "bash", str(kit / "startup" / "sub_start.sh"), "--once"], cwd=kit,
@@ -202,9 +206,9 @@ def fetch(poc: POC, job_id: str, out_dir: Path) -> None:
 def download(poc: POC, job_id: str, out_dir: Path) -> Path:
     """The job's result in ``out_dir``; returns its report (RehearsalError when it has none)."""
     fetch(poc, job_id, out_dir)
-    reports = sorted(Path(out_dir).rglob(REPORT))
+    reports = sorted(Path(out_dir).rglob(REPORT_FILE))
     if not reports:
-        raise RehearsalError(f"job download: no {REPORT} in {out_dir} (the job did not finish its evaluation; "
+        raise RehearsalError(f"job download: no {REPORT_FILE} in {out_dir} (the job did not finish its evaluation; "
                              f"see {poc.workspace / 'logs'})")
     return reports[0]
 
@@ -238,7 +242,7 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, step: str, check: 
 def rehearse(job: Path, workspace: Path, timeout: float = 1800) -> dict:
     """Prepare, start, submit ``job``, wait, download, print the table, stop. Returns the job's report."""
     job = Path(job).resolve()
-    cfg = load_config(job / "app" / "config" / CONFIG_FILE)
+    cfg = load_experiment(job / "app" / "config" / CONFIG_FILE)
     poc = prepare(workspace, cfg.data.task, cfg.data.sites)
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))

@@ -14,6 +14,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+# The report's file name in the server's run folder: written by the rounds' workflow (and MLA's phase), read by
+# the POC, the network rehearsal and the benchmark sweep. Defined here, in the layer below the NVFlare glue, so
+# that every module that writes or reads the report names it from one place.
+REPORT_FILE = "feddg_report.json"
+
 
 def software_versions() -> dict[str, str]:
     versions = {"python": platform.python_version()}

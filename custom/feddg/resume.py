@@ -7,11 +7,12 @@
 
 * ``feddg_progress.json`` (written by the workflow after every round): how many rounds the saved model has behind it;
 * ``FL_global_model.pt``: the last good global model;
-* ``ga_weights.json`` when the job aggregates with GA: the weight history, which the new job continues.
+* the round histories of the job's methods that its server components continue (the registry's resumable server
+  files, :class:`feddg.flare.method_spec.ServerFile`: GA's ``ga_weights.json``, whose weights the new job continues).
 
 The new job is the given job folder with that state inside it (``app/config/resume/``, so it is self-contained and
-carries no code) and three changed settings: the workflow's ``start_round`` (the rounds already done), the
-persistor's initial checkpoint, and the GA aggregator's ``resume_from``. Its ``feddg.yaml`` is the job's
+carries no code) and changed settings: the workflow's ``start_round`` (the rounds already done), the persistor's
+initial checkpoint, and, for each carried history, its writer's resume argument (GA's ``resume_from``). Its ``feddg.yaml`` is the job's
 configuration written out in full (every default explicit) with ``train.rounds`` set to the total. ``--rounds``
 raises the total when the previous run had finished all of its rounds. The new job runs rounds
 ``start_round .. R-1``, so the two jobs together train exactly R rounds; GA's step-size schedule uses R as well.
@@ -26,7 +27,7 @@ wrong) unless:
   the model and in the progress file (:mod:`feddg.flare.controller`), and both must agree. A progress file without
   a run id (written by a feddg release before this check) or a checkpoint without them is refused: such a result
   cannot show that its two files belong together;
-* GA's history ends with the round the checkpoint was saved after.
+* each carried history ends with the round the checkpoint was saved after.
 
 The new job is built in a temporary folder next to ``--out`` and renamed into place at the end, so a failure leaves
 nothing behind and the command can simply be run again.
@@ -46,17 +47,18 @@ from typing import Any, Iterator
 
 import yaml
 
-from feddg.config import FedDGConfig, config_from_dict, load_config
+from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.controller import PROGRESS_FILE, ROUNDS_COMPLETED, RUN_ID
+from feddg.flare.method_spec import ServerFile
+from feddg.flare.registry import experiment_from_dict, load_experiment, server_files
+from feddg.flare.site_policy import component_entries
 from feddg.inference import read_checkpoint
 from feddg.jsonfile import read_json_object
 
 RESUME_DIR = "resume"
 CHECKPOINT = "FL_global_model.pt"
-GA_HISTORY = "ga_weights.json"
 WORKFLOW = "LeaveOneSiteOutFedAvg"
-GA_AGGREGATOR = "GeneralizationAdjustmentAggregator"
 # The settings a resumed job shares with the run it continues: the job's feddg.yaml against the configuration stored
 # in the checkpoint (a section name stands for every setting in it).
 SAME_EXPERIMENT = ("data.task", "data.sites", "data.unseen_site", "data.image_size", "model")
@@ -71,12 +73,12 @@ def resume_job(job: Path, previous: Path, out: Path, rounds: int | None = None) 
     if rounds is not None and rounds < 1:
         raise ValueError(f"--rounds must be at least 1, got {rounds}")
     config = job / "app" / "config"
-    job_cfg = load_config(config / CONFIG_FILE)
+    job_cfg = load_experiment(config / CONFIG_FILE)
     server_path, meta_path = config / "config_fed_server.json", job / "meta.json"
     server, meta = read_json_object(server_path), read_json_object(meta_path)
     if not isinstance(meta.get("name"), str):
         raise ValueError(f"{meta_path}: no job name (a string under 'name')")
-    workflow, persistor, aggregator = _resumable_parts(server, server_path)
+    workflow, persistor = _resumable_parts(server, server_path)
 
     progress_file, checkpoint = _find(previous, PROGRESS_FILE), _find(previous, CHECKPOINT)
     if progress_file is None or checkpoint is None:
@@ -87,29 +89,25 @@ def resume_job(job: Path, previous: Path, out: Path, rounds: int | None = None) 
     if done >= total:
         raise ValueError(f"{previous}: the previous run already trained {done} of {total} rounds; pass --rounds with "
                          f"a larger total to train further")
-    history = None
-    if str(aggregator.get("path", "")).endswith(GA_AGGREGATOR):
-        history = _find(previous, GA_HISTORY)
-        if history is None:
-            raise ValueError(f"{previous}: the job aggregates with GA but no {GA_HISTORY} is here")
-        _check_ga_history(history, done)
+    histories = _carried_histories(server, previous, done)
 
     # Everything is checked: the new settings, then the new job, built aside and moved into place.
     experiment = job_cfg.to_dict()
     experiment["train"]["rounds"] = total
-    config_from_dict(experiment)  # still a valid experiment
+    experiment_from_dict(experiment)  # still a valid experiment
     workflow.setdefault("args", {})["start_round"] = done
     persistor.setdefault("args", {})["source_ckpt_file_full_name"] = f"{RESUME_DIR}/{CHECKPOINT}"
-    if history is not None:
-        aggregator.setdefault("args", {})["resume_from"] = f"{RESUME_DIR}/{GA_HISTORY}"
+    for file, (writers, _) in histories.items():
+        for writer in writers:
+            writer.setdefault("args", {})[file.resume_arg] = f"{RESUME_DIR}/{file.name}"
     meta["name"] = f"{meta['name']}_resumed"
     with _built_in_place_of(out) as new_job:
         shutil.copytree(job, new_job)
         state = new_job / "app" / "config" / RESUME_DIR
         state.mkdir()
         shutil.copy2(checkpoint, state / CHECKPOINT)
-        if history is not None:
-            shutil.copy2(history, state / GA_HISTORY)
+        for file, (_, found) in histories.items():
+            shutil.copy2(found, state / file.name)
         (new_job / "app" / "config" / CONFIG_FILE).write_text(
             f"# resumed from {previous} after {done} rounds by `feddg resume-job`\n"
             + yaml.safe_dump(experiment, sort_keys=False))
@@ -125,9 +123,26 @@ def _find(previous: Path, name: str) -> Path | None:
     return hits[0] if hits else None
 
 
-def _resumable_parts(server: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """The workflow, persistor and aggregator entries of a server config (dicts inside ``server``, to be edited);
-    the aggregator is {} when the workflow names none that the config defines."""
+def _carried_histories(server: dict[str, Any], previous: Path,
+                       done: int) -> dict[ServerFile, tuple[list[dict[str, Any]], Path]]:
+    """The resumable server files of the job (those whose writer the server config names) -> (the writers' entries
+    in ``server``, to be edited; the file found in ``previous``), each checked against the rounds ``done``."""
+    carried = {}
+    for file in server_files():
+        writers = [entry for entry in component_entries(server) if entry.get("path") == file.writer]
+        if file.resume_arg is None or not writers:
+            continue
+        found = _find(previous, file.name)
+        if found is None:
+            raise ValueError(f"{previous}: the job's {file.writer.rsplit('.', 1)[-1]} continues {file.name}, which "
+                             f"is not here")
+        _check_history(found, done)
+        carried[file] = (writers, found)
+    return carried
+
+
+def _resumable_parts(server: dict[str, Any], path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The workflow and persistor entries of a server config (dicts inside ``server``, to be edited)."""
     workflows = [w for w in server.get("workflows", []) if isinstance(w, dict)
                  and str(w.get("path", "")).endswith(WORKFLOW)]
     if not workflows:
@@ -137,7 +152,7 @@ def _resumable_parts(server: dict[str, Any], path: Path) -> tuple[dict[str, Any]
     persistor_id = args.get("persistor_id", "persistor")
     if persistor_id not in components:
         raise ValueError(f"{path}: the workflow's persistor {persistor_id!r} is not among the components")
-    return workflows[0], components[persistor_id], components.get(args.get("aggregator_id", "aggregator"), {})
+    return workflows[0], components[persistor_id]
 
 
 def _rounds_done(progress_file: Path, checkpoint: Path, job_cfg: FedDGConfig, job_config: Path) -> int:
@@ -189,15 +204,15 @@ def _at(tree: dict[str, Any], dotted: str) -> Any:
     return tree
 
 
-def _check_ga_history(path: Path, done: int) -> None:
-    """GA's weight history must end with the round the checkpoint was saved after (round ``done - 1``)."""
+def _check_history(path: Path, done: int) -> None:
+    """A carried round history must end with the round the checkpoint was saved after (round ``done - 1``)."""
     history = read_json_object(path).get("history")
     if not isinstance(history, list):
-        raise ValueError(f"{path}: no GA weight history (a list under 'history')")
+        raise ValueError(f"{path}: no round history (a list under 'history')")
     last = history[-1].get("round") if history and isinstance(history[-1], dict) else None
     if last != done - 1:
         ends = f"ends with round {last}" if history else "is empty"
-        raise ValueError(f"{path}: GA's history {ends}, but the model was saved after round {done - 1}; the two were "
+        raise ValueError(f"{path}: the history {ends}, but the model was saved after round {done - 1}; the two were "
                          f"not written by one run up to the same round")
 
 

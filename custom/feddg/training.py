@@ -16,6 +16,19 @@ from monai.losses import DiceLoss
 from feddg.precision import Precision
 
 
+# Adam's decay rates of its first and second moment estimates in every site's local training, whatever the method:
+# the setting the papers' local training is described with (docs/methods.md, ELCFS: "Adam 1e-3 (0.9, 0.99)"),
+# not PyTorch's default (0.9, 0.999). One setting for all methods, so that two methods differ only in what they add.
+LOCAL_ADAM_BETAS = (0.9, 0.99)
+
+
+def local_optimizer(params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Adam:
+    """The optimizer of a site's local training: Adam with learning rate ``lr`` (``train.lr``) and
+    :data:`LOCAL_ADAM_BETAS`. A fresh one each round; the executor restores its moments from the site's state where
+    the job keeps them."""
+    return torch.optim.Adam(params, lr=lr, betas=LOCAL_ADAM_BETAS)
+
+
 def segmentation_loss() -> torch.nn.Module:
     """Soft Dice loss over the batch (``batch=True``): slices with little foreground do not dominate."""
     return DiceLoss(sigmoid=True, batch=True)

@@ -9,27 +9,17 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
-import psutil
 import pytest
 
 from feddg.jobs import write_job
 from tests.conftest import tiny_experiment
+from tests.processes import processes_naming
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 900
 
 
-def _leftovers(workspace: Path) -> list[int]:
-    found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if any(str(workspace) in part for part in (p.info["cmdline"] or [])):
-                found.append(p.info["pid"])
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
 
 
 def test_poc_rehearsal_runs_a_job_across_the_hospitals(tmp_path, synthetic_root):
@@ -54,4 +44,4 @@ def test_poc_rehearsal_runs_a_job_across_the_hospitals(tmp_path, synthetic_root)
     # The site policy was in force: the egress filter is the default scope of every hospital.
     privacy = json.loads((ws / "nvflare_poc" / "feddg_prostate" / "prod_00" / "BIDMC" / "local" / "privacy.json").read_text())
     assert privacy["default_scope"] == "feddg"
-    assert _leftovers(ws) == [], "processes of the rehearsal are still running"
+    assert processes_naming(ws) == [], "processes of the rehearsal are still running"

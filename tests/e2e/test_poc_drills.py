@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 from feddg.nets.unet import build_model
 from feddg.poc import RehearsalError, admin, prepare, start, stop, submit, wait
 from feddg.provisioning import hospital_admins
@@ -53,7 +53,7 @@ def _experiment() -> dict:
 
 def _attack_job(root: Path, scope: str | None = None, custom_code: bool = False) -> Path:
     exp = _experiment()
-    weight_names = list(build_model(config_from_dict(exp)).state_dict())
+    weight_names = list(build_model(experiment_from_dict(exp)).state_dict())
     job = root / ("byoc_job" if custom_code else f"attack_job_{scope or 'default'}")
     config = job / "app" / "config"
     config.mkdir(parents=True)

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +16,7 @@ import pytest
 import torch
 
 from feddg.jobs import write_job
+from tests.processes import run_bounded
 from tests.conftest import tiny_experiment
 
 pytestmark = pytest.mark.slow
@@ -25,16 +24,8 @@ RUN_TIMEOUT_S = 600
 
 
 def run_job(job: Path, workspace: Path, *extra: str) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "feddg.cli", "simulate", str(job), "-w", str(workspace), *extra]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the group this test created: the simulator and its children
-        out, _ = proc.communicate()
-        pytest.fail(f"simulator run exceeded {RUN_TIMEOUT_S} s:\n{out[-5000:]}")
-    return subprocess.CompletedProcess(command, proc.returncode, out)
+    return run_bounded([sys.executable, "-m", "feddg.cli", "simulate", str(job), "-w", str(workspace), *extra],
+                       RUN_TIMEOUT_S)
 
 
 def make_job(tmp_path: Path, name: str, root: Path, **train) -> Path:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 from feddg.flare.constants import FedDGMeta
 from feddg.flare.controller import LeaveOneSiteOutFedAvg
 from feddg.flare.fedavg.aggregator import SampleSizeAggregator
@@ -33,7 +33,7 @@ class RecordingPersistor:
 def _controller(tmp_path, results, min_sites):
     exp = tiny_experiment("prostate", min_sites=min_sites)
     exp["data"].update(sites=[*SITES, "U"], unseen_site="U")
-    cfg = config_from_dict(exp)
+    cfg = experiment_from_dict(exp)
     fl_ctx, _ = make_context(tmp_path, "server", exp)
     ctl = LeaveOneSiteOutFedAvg()
     ctl.fl_ctx, ctl.engine = fl_ctx, fl_ctx.get_engine()

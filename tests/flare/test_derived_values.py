@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from nvflare.apis.fl_constant import FilterKey, FLContextKey
 
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 
 from feddg.flare.constants import TASK_REQUEST_INTERVAL
 from feddg.flare.elcfs.filter import AmplitudeWindowFilter
@@ -37,7 +37,7 @@ def _outgoing(fl_ctx, task):
 def test_amplitude_half_widths_follow_the_image_size(size, expected):
     exp = tiny_experiment("prostate")
     exp["data"]["image_size"] = size
-    assert amplitude_half_widths(config_from_dict(exp)) == expected
+    assert amplitude_half_widths(experiment_from_dict(exp)) == expected
 
 
 @pytest.mark.parametrize("size", [64, 208, 256])
@@ -45,7 +45,7 @@ def test_the_job_filter_takes_the_window_from_the_yaml(tmp_path, size):
     exp = tiny_experiment("prostate")
     exp["data"]["image_size"] = size
     fl_ctx, _ = make_context(tmp_path, "BIDMC", exp)
-    hw = amplitude_half_widths(config_from_dict(exp))
+    hw = amplitude_half_widths(experiment_from_dict(exp))
     images = np.random.default_rng(0).normal(size=(3, 1, size, size)).astype(np.float32)
     good = amplitude_window_dxo(amplitude_window(images, hw), hw, (size, size)).to_shareable()
     assert AmplitudeWindowFilter().process(good, _outgoing(fl_ctx, ELCFSTask.AMPLITUDE_SPECTRA)) is good

@@ -12,9 +12,10 @@ from nvflare.apis.filter import ContentBlockedException
 from nvflare.apis.fl_constant import FilterKey, FLContextKey, ReturnCode
 from nvflare.apis.shareable import make_reply
 
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.egress_filter import SiteEgressFilter
+from feddg.flare.ga.part import GENERALIZATION_GAP
 from feddg.flare.elcfs.payloads import ELCFSTask, amplitude_window_dxo
 from feddg.methods.frequency import amplitude_window
 from feddg.nets.unet import build_model
@@ -28,7 +29,7 @@ IMAGE = np.random.default_rng(0).normal(size=(1, 1, 32, 32)).astype(np.float32)
 def setup(tmp_path):
     exp = tiny_experiment("prostate")
     fl_ctx, _ = make_context(tmp_path, "BIDMC", exp)
-    weights = {k: v.numpy() for k, v in build_model(config_from_dict(exp)).state_dict().items()}
+    weights = {k: v.numpy() for k, v in build_model(experiment_from_dict(exp)).state_dict().items()}
     return fl_ctx, weights
 
 
@@ -50,7 +51,7 @@ METRICS = {"val": {"prostate": {"dice": {"mean": 0.7, "std": 0.1}, "hd95": {"mea
 def test_the_project_payloads_pass(setup):
     fl_ctx, weights = setup
     for kind in (DataKind.WEIGHTS, DataKind.WEIGHT_DIFF):
-        s = _train_result(weights, kind, **{FedDGMeta.GENERALIZATION_GAP: 0.01})
+        s = _train_result(weights, kind, **{GENERALIZATION_GAP: 0.01})
         assert _run(fl_ctx, s, FedDGTask.TRAIN) is s
     metrics = DXO(DataKind.METRICS, METRICS, {FedDGMeta.MODEL_NAME: "final"}).to_shareable()
     assert _run(fl_ctx, metrics, FedDGTask.EVALUATE) is metrics

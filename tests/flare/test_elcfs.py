@@ -15,7 +15,7 @@ from nvflare.apis.fl_constant import FilterKey, FLContextKey, ReturnCode
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.elcfs.exchange import AmplitudeExchange
 from feddg.flare.elcfs.executor import BANK_FILE, ELCFSExecutor
@@ -47,7 +47,7 @@ def test_a_site_sends_its_training_images_amplitude_windows_only(tmp_path, exp):
     windows = check_amplitude_payload(dxo, (1, 1), 1)  # 32 px, alpha 0.01: floored to a 3 x 3 window
     assert dxo.data_kind == AMPLITUDE_WINDOW and windows.shape[1:] == (1, 3, 3)
     from feddg.data.dataset import load_site
-    assert windows.shape[0] == len(load_site(config_from_dict(exp).data, "BIDMC")["train"])
+    assert windows.shape[0] == len(load_site(experiment_from_dict(exp).data, "BIDMC")["train"])
 
 
 def test_the_job_and_the_site_can_cap_the_contributed_images(tmp_path, exp):
@@ -100,7 +100,7 @@ def test_bank_is_stored_without_the_own_entry_and_bad_banks_are_refused(tmp_path
 
 
 def _train_task(exp, current_round=0):
-    weights = {k: v.numpy() for k, v in build_model(config_from_dict(exp)).state_dict().items()}
+    weights = {k: v.numpy() for k, v in build_model(experiment_from_dict(exp)).state_dict().items()}
     s = DXO(DataKind.WEIGHTS, data=weights).to_shareable()
     s.set_header("current_round", current_round)
     return s

@@ -12,20 +12,23 @@ from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.executor import STATE_DIR, FedDGExecutor
+from feddg.flare.ga.hook import GeneralizationGap
+from feddg.flare.ga.part import GENERALIZATION_GAP
+from feddg.flare.site_hooks import TrainingHook
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context
 
 
-def _context(tmp_path: Path, site: str, exp: dict):
-    return make_context(tmp_path, site, exp)
+def _context(tmp_path: Path, site: str, exp: dict, components: dict | None = None):
+    return make_context(tmp_path, site, exp, components=components)
 
 
 def _global_weights(exp: dict) -> dict[str, np.ndarray]:
-    return {k: v.numpy() for k, v in build_model(config_from_dict(exp)).state_dict().items()}
+    return {k: v.numpy() for k, v in build_model(experiment_from_dict(exp)).state_dict().items()}
 
 
 def _task(weights, current_round: int = 0, meta=None) -> Shareable:
@@ -126,11 +129,11 @@ def test_generalization_gap_is_global_val_loss_minus_previous_local_val_loss(tmp
     from feddg.data.dataset import load_site
     from feddg.evaluation import evaluate_sliceset
 
-    cfg = config_from_dict(exp)
-    fl_ctx, _ = _context(tmp_path, "HK", exp)
-    executor = FedDGExecutor(send_generalization_gap=True)
+    cfg = experiment_from_dict(exp)
+    fl_ctx, _ = _context(tmp_path, "HK", exp, {"gap": GeneralizationGap()})
+    executor = FedDGExecutor(site_hooks=["gap"])
     round0 = from_shareable(executor.execute(FedDGTask.TRAIN, _task(_global_weights(exp), 0), fl_ctx, Signal()))
-    assert FedDGMeta.GENERALIZATION_GAP not in round0.meta
+    assert GENERALIZATION_GAP not in round0.meta
 
     val = load_site(cfg.data, "HK")["val"]
 
@@ -140,18 +143,39 @@ def test_generalization_gap_is_global_val_loss_minus_previous_local_val_loss(tmp
         return evaluate_sliceset(model, val, cfg.data.label_names, torch.device("cpu"))["summary"]["loss"]
 
     global1 = _global_weights(exp)  # a different "global model" for round 1
-    round1 = from_shareable(FedDGExecutor(send_generalization_gap=True).execute(
+    round1 = from_shareable(FedDGExecutor(site_hooks=["gap"]).execute(  # a fresh executor: state from the run folder
         FedDGTask.TRAIN, _task(global1, 1), fl_ctx, Signal()))
     expected = val_loss(global1) - val_loss(round0.data)
-    assert round1.meta[FedDGMeta.GENERALIZATION_GAP] == pytest.approx(expected, abs=1e-5)
+    assert round1.meta[GENERALIZATION_GAP] == pytest.approx(expected, abs=1e-5)
 
 
 def test_no_gap_unless_the_job_asks_for_it(tmp_path, exp):
-    fl_ctx, _ = _context(tmp_path, "HK", exp)
+    fl_ctx, _ = _context(tmp_path, "HK", exp, {"gap": GeneralizationGap()})  # a component no executor names
     weights = _global_weights(exp)
     FedDGExecutor().execute(FedDGTask.TRAIN, _task(weights, 0), fl_ctx, Signal())
     round1 = from_shareable(FedDGExecutor().execute(FedDGTask.TRAIN, _task(weights, 1), fl_ctx, Signal()))
-    assert FedDGMeta.GENERALIZATION_GAP not in round1.meta
+    assert GENERALIZATION_GAP not in round1.meta
+
+
+class _Leaky(TrainingHook):
+    """A hook that adds a key its part does not declare."""
+
+    def after_training(self, ctx, model):
+        return {"site_secret": 1.0}
+
+
+def test_a_hook_that_adds_an_undeclared_key_stops_the_update_at_the_site(tmp_path, exp):
+    fl_ctx, _ = _context(tmp_path, "HK", exp, {"leaky": _Leaky()})
+    result = FedDGExecutor(site_hooks=["leaky"]).execute(FedDGTask.TRAIN, _task(_global_weights(exp)), fl_ctx,
+                                                         Signal())
+    assert result.get_return_code() == ReturnCode.EXECUTION_EXCEPTION
+
+
+def test_a_hook_id_that_is_no_hook_component_is_named(tmp_path, exp):
+    fl_ctx, _ = _context(tmp_path, "HK", exp)
+    result = FedDGExecutor(site_hooks=["missing"]).execute(FedDGTask.TRAIN, _task(_global_weights(exp)), fl_ctx,
+                                                           Signal())
+    assert result.get_return_code() == ReturnCode.EXECUTION_EXCEPTION
 
 
 def test_weight_difference_is_local_minus_received(tmp_path, exp):
@@ -171,7 +195,7 @@ def test_site_info_reports_version_and_preprocessing_hash(tmp_path, exp):
 
     fl_ctx, _ = _context(tmp_path, "BIDMC", exp)
     dxo = from_shareable(FedDGExecutor().execute(FedDGTask.SITE_INFO, Shareable(), fl_ctx, Signal()))
-    assert dxo.data_kind == DataKind.METRICS and dxo.data == site_fingerprint(config_from_dict(exp))
+    assert dxo.data_kind == DataKind.METRICS and dxo.data == site_fingerprint(experiment_from_dict(exp))
 
 
 def test_error_lines_carry_no_paths_but_the_local_log_does(tmp_path, exp, caplog):

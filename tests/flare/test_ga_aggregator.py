@@ -12,8 +12,8 @@ from nvflare.apis.event_type import EventType
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.app_constant import AppConstants
 
-from feddg.flare.constants import FedDGMeta
 from feddg.flare.ga.aggregator import GeneralizationAdjustmentAggregator
+from feddg.flare.ga.part import GENERALIZATION_GAP
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context
 
@@ -35,7 +35,7 @@ def aggregator(tmp_path):
 def _result(site: str, value: float, gap=None) -> FLModel:
     meta = {"client_name": site}
     if gap is not None:
-        meta[FedDGMeta.GENERALIZATION_GAP] = gap
+        meta[GENERALIZATION_GAP] = gap
     return FLModel(params={"w": np.full(2, value, np.float32)}, params_type=ParamsType.FULL, meta=meta)
 
 

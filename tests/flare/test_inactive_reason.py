@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from feddg.config import FedDGConfig, config_from_dict
+from feddg.config import FedDGConfig
+from feddg.flare.registry import experiment_from_dict
 from feddg.flare.registry import merge, method, methods
 from tests.conftest import tiny_experiment
 
@@ -15,7 +16,7 @@ ALWAYS_ACTING = ["fedavg", "uniform", "fedprox", "elcfs", "mlabin"]
 def _experiment(name: str, train_sites: int, rounds: int, **sections) -> FedDGConfig:
     exp = merge(tiny_experiment("prostate", rounds=rounds), method(name).experiment("prostate"))
     exp["data"].update(sites=[*"ABCDE"[:train_sites], "U"], unseen_site="U")
-    return config_from_dict(merge(exp, sections))
+    return experiment_from_dict(merge(exp, sections))
 
 
 def test_every_registered_method_is_covered():

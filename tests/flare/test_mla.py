@@ -17,7 +17,8 @@ from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.model import make_model_learnable
 
-from feddg.config import config_from_dict, mla_feature_width
+from feddg.flare.registry import experiment_from_dict
+from feddg.flare.mla.settings import mla_feature_width
 from feddg.data.dataset import load_site
 from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.egress_filter import SiteEgressFilter
@@ -54,7 +55,7 @@ def exp(synthetic_root):
 
 def _weights(exp, seed=0):
     torch.manual_seed(seed)
-    return {k: v.numpy() for k, v in build_model(config_from_dict(exp)).state_dict().items()}
+    return {k: v.numpy() for k, v in build_model(experiment_from_dict(exp)).state_dict().items()}
 
 
 def _train_task(exp):
@@ -109,7 +110,7 @@ def test_a_site_sends_one_feature_vector_per_training_image_from_the_shared_enco
     dxo = from_shareable(result)
     assert dxo.data_kind == FEATURE_MATRIX
     x = check_feature_payload(dxo, width=16, max_width=16)
-    train = load_site(config_from_dict(exp).data, "BIDMC")["train"]
+    train = load_site(experiment_from_dict(exp).data, "BIDMC")["train"]
     np.testing.assert_array_equal(x, encode(build_feature_encoder(1, 3, width=4, depth=3), train.images))
     capped = from_shareable(MLAExecutor().execute(MLATask.MLA_FEATURES, _request(exp, max_images=3), fl_ctx,
                                                   Signal())).data["features"]
@@ -141,7 +142,7 @@ def test_bad_feature_requests_and_the_unseen_site_are_refused(tmp_path, exp, cap
 # ---------------------------------------------------------------------- the site: evaluation
 @pytest.fixture
 def bundle(tmp_path, exp):
-    cfg = config_from_dict(exp)
+    cfg = experiment_from_dict(exp)
     models = {s: _weights(exp, seed=i) for i, s in enumerate(("BIDMC", "HK", "UCL"))}
     encoder = build_feature_encoder(1, 0, width=4)
     bank = {s: encode(encoder, load_site(cfg.data, s)["train"].images) for s in models}
@@ -154,7 +155,7 @@ def test_every_site_scores_the_combination_its_own_images_weight(tmp_path, exp, 
     for site, source in (("RUNMC", "test"), ("BMC", "val")):
         fl_ctx, _ = make_context(tmp_path / site, site, exp)
         dxo = from_shareable(MLAExecutor().execute(MLATask.MLA_EVALUATE, task, fl_ctx, Signal()))
-        data = load_site(config_from_dict(exp).data, site)
+        data = load_site(experiment_from_dict(exp).data, site)
         assert dxo.data_kind == DataKind.METRICS  # the splits the evaluate task scores
         assert sorted(dxo.data) == sorted(s for s in ("val", "test") if len(data[s]))
         assert np.isfinite(dxo.data[source]["prostate"]["dice"]["mean"])
@@ -181,7 +182,7 @@ class _Federation:
 
     def __init__(self, tmp_path, exp, misbehave=None):
         self.sites = {s: make_context(tmp_path / s, s, exp)[0] for s in ALL_SITES}
-        self.width = mla_feature_width(config_from_dict(exp))
+        self.width = mla_feature_width(experiment_from_dict(exp))
         self.misbehave = misbehave or {}
         self.targets = []
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from feddg.config import config_from_dict
-from feddg.data import synthetic
+from feddg.flare.registry import experiment_from_dict
+from feddg.data import layouts, synthetic
 from feddg.flare.site_info import (
     HASH_KEY,
     VERSION_KEY,
@@ -17,15 +17,24 @@ from feddg.flare.site_info import (
 )
 from tests.conftest import tiny_experiment
 
-# Every module of the synthetic generator, read from its folder (not from what the hash code lists).
-SYNTHETIC_MODULES = sorted(f"{synthetic.__name__}.{p.stem}" for p in Path(synthetic.__file__).parent.glob("*.py")
-                           if p.stem != "__init__")
+
+
+def _modules(package) -> list[str]:
+    """Every module of ``package``, read from its folder (not from what the hash code lists)."""
+    return sorted(f"{package.__name__}.{p.stem}" for p in Path(package.__file__).parent.glob("*.py")
+                  if p.stem != "__init__")
+
+
+SYNTHETIC_MODULES = _modules(synthetic)
+LAYOUT_MODULES = _modules(layouts)
+PREPROCESSING = ["feddg.data.dataset", "feddg.layouts", "feddg.data.layouts", *LAYOUT_MODULES, "feddg.data.synthetic",
+                 *SYNTHETIC_MODULES]
 
 
 def _cfg(**data):
     exp = tiny_experiment("prostate")
     exp["data"].update(data)
-    return config_from_dict(exp)
+    return experiment_from_dict(exp)
 
 
 def test_the_hash_ignores_where_the_data_lives_but_not_how_it_is_preprocessed():
@@ -38,14 +47,14 @@ def test_the_hash_ignores_where_the_data_lives_but_not_how_it_is_preprocessed():
     assert set(fp) == {VERSION_KEY, HASH_KEY} and len(fp[HASH_KEY]) == 16
 
 
-def test_the_hash_reads_every_module_of_the_synthetic_generator_in_a_fixed_order():
+def test_the_hash_reads_every_module_of_the_layouts_and_the_synthetic_generator_in_a_fixed_order():
     names = [m.__name__ for m in preprocessing_modules()]
     assert len(SYNTHETIC_MODULES) >= 3  # common, fundus, prostate
-    assert names == ["feddg.data.dataset", "feddg.data.layouts", "feddg.data.synthetic", *SYNTHETIC_MODULES]
+    assert len(LAYOUT_MODULES) >= 3  # one per layout, at least
+    assert names == PREPROCESSING
 
 
-@pytest.mark.parametrize("module", ["feddg.data.dataset", "feddg.data.layouts", "feddg.data.synthetic",
-                                    *SYNTHETIC_MODULES])
+@pytest.mark.parametrize("module", PREPROCESSING)
 def test_editing_any_preprocessing_module_changes_the_hash(monkeypatch, module):
     cfg = _cfg()
     base = preprocessing_hash(cfg)

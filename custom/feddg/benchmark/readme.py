@@ -1,8 +1,10 @@
-"""Quote a result set's Dice tables in the README, generated from its ``results.md``, never typed.
+"""Quote a result set's Dice tables in the benchmark page (``docs/benchmark.md``), generated from its
+``results.md``, never typed.
 
-    python -m feddg.benchmark.readme README.md benchmarks/results/loso_prostate [more result folders ...]
+    python -m feddg.benchmark.readme docs/benchmark.md benchmarks/results/loso_prostate [more result folders ...]
 
-The README holds, for each quoted folder, a block between two markers::
+(run in the clone's root: the folders are relative to ``--root``, by default the current directory). The page holds,
+for each quoted folder, a block between two markers::
 
     <!-- results: benchmarks/results/loso_prostate -->
     ...
@@ -10,8 +12,10 @@ The README holds, for each quoted folder, a block between two markers::
 
 and this rewrites the block with the folder's Dice sections (the Dice tables, each seed's values, the differences to
 the baselines with their intervals and the generated sentences on what the evidence supports; HD95 and ASD stay in
-``results.md``), under the protocol line and the note on how to read them. ``--check`` rewrites nothing and exits 1
-when a block differs from what its folder gives (the test suite runs it on the committed README).
+``results.md``), under the protocol line and the note on how to read them. A block opened by
+``<!-- verdicts: FOLDER -->`` instead holds only the generated sentences: the front page's headline
+(``python -m feddg.benchmark.readme README.md benchmarks/results/loso_prostate``). ``--check`` rewrites nothing and
+exits 1 when a block differs from what its folder gives (the test suite runs it on the committed page and README).
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ import re
 import sys
 from pathlib import Path
 
-OPEN = "<!-- results: {folder} -->"
+OPEN = "<!-- {kind}: {folder} -->"  # kind: "results" (the tables) or "verdicts" (the front page's headline)
 CLOSE = "<!-- /results -->"
-QUOTED = ("Dice", "Seed values", "What the evidence")  # the sections of results.md the README quotes, by the start
+QUOTED = ("Dice", "Seed values", "What the evidence")  # the sections of results.md the page quotes, by the start
 # of their title
+VERDICTS = "What the evidence"  # the section of generated sentences, quoted alone in a verdicts block
 
 
 def dice_sections(results_md: str) -> str:
@@ -36,41 +41,63 @@ def dice_sections(results_md: str) -> str:
     return "\n\n".join([*kept_header, *kept]).strip()
 
 
+def verdicts(results_md: str) -> str:
+    """The generated sentences of a ``results.md`` (the body of each section titled "What the evidence ..."),
+    without their titles: the headline the front page quotes."""
+    _, *sections = re.split(r"^(?=### )", results_md, flags=re.MULTILINE)
+    return "\n\n".join(s.split("\n", 1)[1].strip() for s in sections if s[4:].startswith(VERDICTS)).strip()
+
+
+BLOCKS = {"results": dice_sections, "verdicts": verdicts}  # block kind -> what of results.md it quotes
+
+
 def quote(readme: str, root: Path, folder: str) -> str:
-    """``readme`` with the block of ``folder`` (a path relative to ``root``) rewritten from its results.md."""
-    start, end = OPEN.format(folder=folder), CLOSE
-    at = readme.find(start)
-    if at < 0:
-        raise ValueError(f"the README has no block {start!r} ... {end!r} to write {folder}'s tables into")
-    stop = readme.find(end, at)
-    if stop < 0:
-        raise ValueError(f"the README's block {start!r} has no closing {end!r}")
+    """The page text ``readme`` with every block of ``folder`` (a path relative to ``root``; a ``results`` block,
+    a ``verdicts`` block or both) rewritten from its results.md."""
+    blocks = []
+    for kind, extract in BLOCKS.items():
+        start = OPEN.format(kind=kind, folder=folder)
+        at = readme.find(start)
+        while at >= 0:
+            stop = readme.find(CLOSE, at)
+            if stop < 0:
+                raise ValueError(f"the page's block {start!r} has no closing {CLOSE!r}")
+            blocks.append((at, stop, start, extract))
+            at = readme.find(start, stop)
+    if not blocks:
+        starts = " or ".join(repr(OPEN.format(kind=kind, folder=folder)) for kind in BLOCKS)
+        raise ValueError(f"the page has no block {starts} ... {CLOSE!r} to write {folder}'s tables into")
     results = root / folder / "results.md"
     if not results.is_file():
         raise ValueError(f"{results}: no results.md (run the benchmark into {folder} first)")
-    body = dice_sections(results.read_text())
-    return readme[:at] + f"{start}\n{body}\n" + readme[stop:]
+    text = results.read_text()
+    for at, stop, start, extract in sorted(blocks, key=lambda block: -block[0]):  # from the end: offsets hold
+        readme = readme[:at] + f"{start}\n{extract(text)}\n" + readme[stop:]
+    return readme
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m feddg.benchmark.readme", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("readme", type=Path)
-    parser.add_argument("folders", nargs="+", help="result folders, relative to the README's folder")
+    parser.add_argument("readme", type=Path, help="the page that quotes the tables (docs/benchmark.md)")
+    parser.add_argument("folders", nargs="+", help="result folders, relative to --root")
+    parser.add_argument("--root", type=Path, default=Path("."),
+                        help="the folder the result folders are relative to (default: the current directory)")
     parser.add_argument("--check", action="store_true", help="rewrite nothing; exit 1 if a block is out of date")
     args = parser.parse_args(argv)
     text = args.readme.read_text()
     new = text
     try:
         for folder in args.folders:
-            new = quote(new, args.readme.parent, folder)
+            new = quote(new, args.root, folder)
     except ValueError as e:
         print(f"{args.readme}: {e}", file=sys.stderr)
         return 2
     if args.check:
         if new != text:
             print(f"{args.readme}: the quoted tables differ from {args.folders}; regenerate with "
-                  f"python -m feddg.benchmark.readme {args.readme} {' '.join(args.folders)}", file=sys.stderr)
+                  f"python -m feddg.benchmark.readme {args.readme} {' '.join(args.folders)} --root {args.root}",
+                  file=sys.stderr)
             return 1
         return 0
     args.readme.write_text(new)

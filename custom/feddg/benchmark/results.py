@@ -25,6 +25,7 @@ from feddg.benchmark.stats import ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, See
 from feddg.benchmark.record import INTERRUPTED, RUN_FILE, SWEEP_FILE, run_records
 from feddg.flare.payloads import CASES
 from feddg.jsonfile import read_json, write_json
+from feddg.layouts import LAYOUTS
 
 BASELINE = "fedavg"
 # The baselines every method is compared with, where the folder ran them: FedAvg, and its equal-weight control
@@ -42,9 +43,9 @@ def load_records(out: Path) -> list[dict[str, Any]]:
 
 
 def label_names(record: dict[str, Any]) -> list[str]:
-    from feddg.config import config_from_dict
+    from feddg.flare.registry import experiment_from_dict
 
-    return list(config_from_dict(record["config"]).data.label_names)
+    return list(experiment_from_dict(record["config"]).data.label_names)
 
 
 def reported_model(record: dict[str, Any]) -> str:
@@ -198,7 +199,7 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
 
 def verdict(method: str, entry: dict[str, Any], baseline: str, n_sites: int, family: int = 1) -> str:
     """One sentence on what the evidence supports for ``method`` against ``baseline`` on the average column,
-    generated from the comparison (the README quotes these; no interpretation is typed)."""
+    generated from the comparison (the benchmark page docs/benchmark.md quotes these; no interpretation is typed)."""
     if "average" not in entry:
         return (f"**{method}** vs {baseline}: compared at {len(entry['sites'])} of {n_sites} held-out sites only; "
                 f"no average.")
@@ -248,7 +249,8 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
     structure (fundus: disc, cup, their mean), each cell the mean over seeds ± the seed SD (seed count); then each
     seed's held-out Dice, the differences to each baseline in ``stats`` and what the evidence supports."""
     table = cells(records)
-    unit = "mm" if any(r.get("config", {}).get("data", {}).get("layout") == "saml_nifti" for r in records) else "px"
+    layouts = {r.get("config", {}).get("data", {}).get("layout") for r in records}
+    unit = "mm" if any(name in LAYOUTS and LAYOUTS[name].volumes for name in layouts) else "px"  # volumes: voxel mm
     lines = []
     for metric in METRICS:
         for view in _views(records):
@@ -304,9 +306,13 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
 
 
 def plots(records: Sequence[dict[str, Any]], out: Path, methods: Sequence[str], held_out: Sequence[str]) -> list[Path]:
-    """PNG plots: validation Dice per round per method; GA weights over rounds; held-out Dice per site (bars: mean
-    over seeds, error bars: seed SD, dots: each seed)."""
+    """PNG plots: validation Dice per round per method; each kept server file's plot (GA's weights over rounds);
+    held-out Dice per site (bars: mean over seeds, error bars: seed SD, dots: each seed)."""
+    import importlib
+
     import matplotlib
+
+    from feddg.flare.registry import server_files
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -330,17 +336,11 @@ def plots(records: Sequence[dict[str, Any]], out: Path, methods: Sequence[str], 
         ax.legend(fontsize=8)
     written.append(_save(fig, out / "validation_dice.png"))
 
-    ga_runs = [r for r in ok if r.get("ga_weights", {}).get("history")]
-    if ga_runs:
-        fig, axes = plt.subplots(1, len(ga_runs[:4]), figsize=(4 * len(ga_runs[:4]), 3.5), squeeze=False)
-        for ax, r in zip(axes[0], ga_runs[:4]):
-            history = r["ga_weights"]["history"]
-            for site in history[-1]["weights"]:
-                ax.plot([h["round"] for h in history], [h["weights"].get(site, np.nan) for h in history],
-                        label=site)
-            ax.set(title=f"{r['run']['method']}, held out {r['run']['held_out']}", xlabel="round", ylabel="GA weight")
-            ax.legend(fontsize=7)
-        written.append(_save(fig, out / "ga_weights.png"))
+    for file in server_files():  # the methods' own plots of what their runs kept (GA: the weights over rounds)
+        holding = [r for r in ok if r.get(file.key)]
+        if file.plot and holding:
+            module, _, function = file.plot.partition(":")
+            written.append(_save(getattr(importlib.import_module(module), function)(holding), out / f"{file.key}.png"))
 
     table = seed_dice(ok)
     fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(held_out)), 4))
@@ -390,11 +390,14 @@ def software_of_runs(records: Sequence[dict[str, Any]], dist: str = "feddg-flare
     return f"{dist} " + ", ".join(f"{v} ({n} run{'s' if n != 1 else ''})" for v, n in sorted(counts.items()))
 
 
-def machine_time(records: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Run time the folder's runs spent (finished, failed and timed out alike: machine time is spent either way)."""
+def machine_time(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Run time the folder's runs spent (finished, failed and timed out alike: machine time is spent either way),
+    and how many runs each executor ran (a run's ``executor``; "unrecorded" for runs made before it was kept)."""
     seconds = sum(float(r.get("wall_s", 0.0)) for r in records)
+    executors = Counter(str((r.get("executor") or {}).get("executor", "unrecorded")) for r in records)
     return {"machine_hours": seconds / 3600, "runs": len(records),
-            "runs_per_hour": len(records) / (seconds / 3600) if seconds else 0.0}
+            "runs_per_hour": len(records) / (seconds / 3600) if seconds else 0.0,
+            "runs_by_executor": dict(sorted(executors.items()))}
 
 
 def _how_to_read(protocol: dict[str, Any]) -> str:
@@ -430,7 +433,9 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
               f"{sum(r['status'] == 'ok' for r in records)} of {len(records)} runs finished "
               f"({software_of_runs(records)}; code {code_of_runs(records)}); {spent['machine_hours']:.1f} "
-              f"machine-hours, {spent['runs_per_hour']:.1f} runs per hour; scores of the held-out site's test cases, "
+              f"machine-hours, {spent['runs_per_hour']:.1f} runs per hour (run by "
+              f"{', '.join(f'{name}: {n}' for name, n in spent['runs_by_executor'].items())}); scores of the "
+              f"held-out site's test cases, "
               f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
               _how_to_read(protocol), ""]
     (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out))

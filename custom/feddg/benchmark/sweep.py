@@ -2,10 +2,12 @@
 
 Every run is the task's job of the template (:mod:`feddg.jobs`) with the sweep's protocol (``--set`` overrides,
 the data root and layout) and the run's own settings (``data.unseen_site``, the seeds) merged in, validated by the
-experiment schema (:mod:`feddg.benchmark.protocol`), written to ``OUT/runs/<run id>/job`` and run with ``feddg
-simulate`` (every site at once, each with its share of the cores), its time bounded. A run's outcome is
-``OUT/runs/<run id>/run.json``: ``ok`` with the report, or ``failed`` / ``timeout`` with the reason and the log's
-path (a failed run is shown as failed, never as a number). The sweep resumes: a run with a ``run.json`` is not run
+experiment schema (:mod:`feddg.benchmark.protocol`), written to ``OUT/runs/<run id>/`` and run, its time
+bounded, by an executor (:mod:`feddg.benchmark.executors`): ``feddg simulate`` on this host, ``--parallel N`` at
+once (the default), Ray tasks on a cluster, or jobs of an NVFlare deployment. A run's outcome is
+``OUT/runs/<run id>/run.json``, written here from what the executor gave back, the same fields whichever ran it
+(``executor`` says which, and where): ``ok`` with the report, or ``failed`` / ``timeout`` with the reason and the
+log's path (a failed run is shown as failed, never as a number). The sweep resumes: a run with a ``run.json`` is not run
 again (``retry_failed`` retries failed ones; an interrupted one is always run again).
 
 A folder holds one protocol, and its record is checked, not trusted (:mod:`feddg.benchmark.record`): ``OUT/sweep.json``
@@ -20,22 +22,22 @@ A folder holds one code version: every run records the fingerprint of the code t
 ``reproduce_check`` first re-runs one finished cell with the new code and every per-case score comes out identical
 (the evidence goes to ``sweep.json`` and ``results.json``).
 
-SIGINT (Ctrl-C) and SIGTERM stop the run in progress with every process it started (the simulator starts its site
-workers in sessions of their own: :mod:`feddg.process_tree`), record it as ``interrupted`` and end the sweep with
-:class:`Interrupted`; a run that finished before the signal keeps its record.
+SIGINT (Ctrl-C) and SIGTERM stop the runs in progress with every process they started (the simulator starts its
+site workers in sessions of their own: :mod:`feddg.process_tree`), record each as ``interrupted`` and end the sweep
+with :class:`Interrupted`; a run that finished before the signal keeps its record, and a run never started leaves
+no folder. A ``run.json`` is written whole or not at all (an executor never writes one).
 """
 
 from __future__ import annotations
 
 import shutil
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from feddg.benchmark.executors.base import Cell, CellExecutor, Outcome
+from feddg.benchmark.executors.local import LocalExecutor
 from feddg.benchmark.protocol import (Protocol, Run, first_difference, owned_settings, run_experiment,
                                       run_overrides, seed_overrides)
 from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, folder_lock,
@@ -43,12 +45,19 @@ from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_rec
 from feddg.benchmark.signals import STOP_SIGNALS, Interrupted, handle_stop_signals
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, write_json
+from feddg.report import REPORT_FILE
 
-SERVER_RUN = Path("server") / "simulate_job"
 REPRODUCE_DIR = "reproduce"  # where the reproduce check re-runs a cell (removed afterwards)
-KEPT_FILES = ("feddg_report.json", "ga_weights.json", "feddg_timings.jsonl", "feddg_progress.json")
-POLL_S = 0.5  # how often a run's simulator is looked at (its end, its rounds, a signal, its time)
-KILL_WAIT_S = 20.0  # how long a stopped run's processes may take to be gone
+
+
+def kept_files() -> tuple[str, ...]:
+    """The server files a finished run keeps (the workspace, with its models, is removed): the report, the
+    timings and the progress every job writes, and the files the registered methods ask the benchmark to keep."""
+    from feddg.flare.constants import PROGRESS_FILE
+    from feddg.flare.registry import server_files
+    from feddg.flare.timings import TIMINGS_FILE
+
+    return (REPORT_FILE, TIMINGS_FILE, PROGRESS_FILE, *(f.name for f in server_files() if f.keep))
 
 __all__ = ["Interrupted", "Protocol", "Run", "RUN_FILE", "SWEEP_FILE", "default_overrides", "execute",
            "handle_stop_signals", "parse_seeds", "plan", "prepare_folder", "run_experiment", "run_overrides",
@@ -103,7 +112,7 @@ def plan(protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], se
     """The runs, held-out sites outermost (an interrupted sweep leaves whole columns of the table); each validated
     before anything runs (an unknown method, site or key fails here, naming it, and so do a setting the sweep sets
     itself, e.g. ``train.seed``, and a protocol under which a method would not act, e.g. GA with one round)."""
-    from feddg.config import config_from_dict
+    from feddg.flare.registry import experiment_from_dict
     from feddg.flare.registry import method
 
     owned = owned_settings(protocol.overrides)
@@ -111,7 +120,7 @@ def plan(protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], se
         raise ConfigError("; ".join(owned))
     runs = [Run(protocol.task, m, h, s) for h in held_out for m in methods for s in seeds]
     for run in runs:
-        reason = method(run.method).inactive_reason(config_from_dict(run_experiment(protocol, run)))
+        reason = method(run.method).inactive_reason(experiment_from_dict(run_experiment(protocol, run)))
         if reason:
             raise ConfigError(f"{run.method} would not act under this protocol ({run.run_id}): {reason}")
     return runs
@@ -143,119 +152,81 @@ def check_real_data(protocol: Protocol, run: Run, report: Callable[[str], None] 
                f"change it)")
 
 
-def _progress_round(ws: Path) -> int | None:
-    progress = read_json(ws / SERVER_RUN / "feddg_progress.json")
-    return progress.get("rounds_completed")
-
-
-# NVFlare 2.9's simulator picks a free port, frees it, and has a child process bind it; another process on the host
-# can take it in between, and the simulator then waits for a child that never connects. A run that failed that way
-# is run once more (its record counts the attempts); any other failure is the run's own.
-PORT_RACE = "Address already in use"
-
-
-def simulate_command(job: Path, workspace: Path, simulator_args: Sequence[str]) -> list[str]:
-    """The command that runs one job: ``feddg simulate`` with the protocol's simulator flags after ``--``."""
-    return [sys.executable, "-m", "feddg.cli", "simulate", str(job), "-w", str(workspace), "--", *simulator_args]
-
-
-def execute(run: Run, protocol: Protocol, out: Path, timeout: float,
-            report: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run one cell in the simulator (twice at most, see :data:`PORT_RACE`) and record its outcome in
-    ``out/runs/<id>/run.json``; :class:`Interrupted` after recording it when a stop signal came."""
-    record = _execute_once(run, protocol, out, timeout, report)
-    if record["status"] != "ok" and PORT_RACE in Path(record["log"]).read_text(errors="replace"):
-        report(f"    {run.run_id}: the simulator lost a port to another process ({PORT_RACE}); running it again")
-        record = _execute_once(run, protocol, out, timeout, report)
-        record["attempts"] = 2
-        write_json(out / "runs" / run.run_id / RUN_FILE, record, indent=2)
-    return record
-
-
-def _execute_once(run: Run, protocol: Protocol, out: Path, timeout: float,
-                  report: Callable[[str], None]) -> dict[str, Any]:
+def prepare_cell(run: Run, protocol: Protocol, out: Path, timeout: float) -> Cell:
+    """The cell of ``run``, ready for an executor: a fresh ``out/runs/<id>`` (what an unfinished run left there is
+    cleared) holding the run's job, written from the template with the protocol and the run's own settings."""
     from feddg.jobs import write_job
 
     folder = out / "runs" / run.run_id
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    exp = run_experiment(protocol, run)
     job = write_job(folder, f"{run.task}_{run.method}", run_overrides(protocol, run))
-    ws, log = folder / "ws", folder / "simulate.log"
-    with STOP_SIGNALS.deferred():  # from the start of the simulator to its record: a signal stops the run, then ends
-        started = time.perf_counter()
-        with open(log, "w") as f:
-            proc = subprocess.Popen(simulate_command(job, ws, protocol.simulator_args), stdout=f,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-            status, reason = _supervise(proc, ws, timeout, run.run_id, exp["train"]["rounds"], report)
-        record = _outcome(run, protocol, exp, folder, status, reason, proc.returncode, time.perf_counter() - started)
-        write_json(folder / RUN_FILE, record, indent=2)
-        STOP_SIGNALS.raise_received(run.run_id if status == INTERRUPTED else None)
-    return record
+    rounds = run_experiment(protocol, run)["train"]["rounds"]
+    return Cell(run, job, folder, timeout, rounds, tuple(protocol.simulator_args))
 
 
-def _supervise(proc: subprocess.Popen, ws: Path, timeout: float, run_id: str, rounds: int,
-               report: Callable[[str], None]) -> tuple[str, str]:
-    """Wait for the simulator ``proc``, reporting its rounds, and stop it with every process it started when it runs
-    past ``timeout`` or a stop signal comes. Returns (status, reason): ``ok`` when it ended by itself (its exit code
-    and report decide later), ``timeout`` or ``interrupted``."""
-    started, last = time.perf_counter(), None
-    while proc.poll() is None:
-        elapsed = time.perf_counter() - started
-        signum = STOP_SIGNALS.received
-        if signum is not None or elapsed > timeout:
-            stuck = _stop(proc)
-            if signum is not None:
-                return INTERRUPTED, f"stopped by {signal.Signals(signum).name} after {elapsed:.0f} s{stuck}"
-            return "timeout", f"stopped after {timeout:.0f} s{stuck}"
-        done = _progress_round(ws)
-        if done != last:
-            report(f"    {run_id}: {done or 0}/{rounds} rounds after {elapsed:.0f} s")
-            last = done
-        time.sleep(POLL_S)
-    return "ok", ""
+def execute(run: Run, protocol: Protocol, out: Path, timeout: float, report: Callable[[str], None] = print,
+            executor: CellExecutor | None = None) -> dict[str, Any]:
+    """Run one cell (with ``executor``, by default one local simulator run) and record its outcome in
+    ``out/runs/<id>/run.json``; :class:`Interrupted` after recording it when a stop signal came."""
+    executor = executor or LocalExecutor()
+    cell = prepare_cell(run, protocol, out, timeout)
+    executor.check([cell])
+    records = {}
+    _run_cells(protocol, [cell], executor, report, lambda c, record: records.update({c.run_id: record}))
+    return records[run.run_id]
 
 
-def _stop(proc: subprocess.Popen) -> str:
-    """Kill the simulator ``proc`` with every process it started (:func:`feddg.process_tree.kill_tree`) and reap it:
-    "" when all are gone within :data:`KILL_WAIT_S`, else a note naming those still there."""
-    from feddg.process_tree import kill_tree
+def _run_cells(protocol: Protocol, cells: Sequence[Cell], executor: CellExecutor, report: Callable[[str], None],
+               recorded: Callable[[Cell, dict[str, Any]], None]) -> None:
+    """Run ``cells`` with ``executor``, writing each one's ``run.json`` as it ends and then calling ``recorded``
+    (signals wait for its end); :class:`Interrupted`, naming the runs it stopped, after every record is written
+    when a stop signal came."""
+    stopped: list[str] = []
 
-    left, _ = kill_tree(proc.pid, KILL_WAIT_S)
-    try:
-        proc.wait(timeout=KILL_WAIT_S)
-    except subprocess.TimeoutExpired:
-        left = [proc.pid, *left]
-    return f"; process(es) {left} still there {KILL_WAIT_S:.0f} s after SIGKILL" if left else ""
+    def on_done(cell: Cell, outcome: Outcome) -> None:
+        record = _outcome(cell.run, protocol, run_experiment(protocol, cell.run), cell.folder, outcome)
+        write_json(cell.folder / RUN_FILE, record, indent=2)  # atomic: a run.json is whole or absent
+        if record["status"] == INTERRUPTED:
+            stopped.append(cell.run_id)
+        recorded(cell, record)
+
+    with STOP_SIGNALS.deferred():  # from the first start to the last record: a signal stops the runs, then ends
+        executor.run_cells(cells, on_done, report)
+        STOP_SIGNALS.raise_received(" and ".join(stopped) or None)
 
 
-def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, status: str, reason: str,
-             returncode: int | None, wall: float) -> dict[str, Any]:
-    """The run's record: its cell, status, wall time, log, config, simulator flags and code; a run that ended by
-    itself is ``ok`` only with exit code 0 and a report, which the record then holds with the files the tables
-    need (the workspace, with its models, is removed; so is an interrupted run's)."""
+def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, outcome: Outcome) -> dict[str, Any]:
+    """The run's record: its cell, status, wall time, log, config, simulator flags, code and where it ran
+    (``executor``: the executor's ``Outcome.where``); a run that ended by itself is ``ok`` only with exit code 0
+    (when it has one) and a report, which the record then holds with the files the tables need (the executor's
+    scratch, e.g. the simulator workspace with its models, is removed; so is an interrupted run's)."""
     from feddg.report import code_fingerprint
 
-    record: dict[str, Any] = {"run": run.__dict__, "run_id": run.run_id, "status": status, "wall_s": round(wall, 1),
-                              "log": str(folder / "simulate.log"), "config": exp,
-                              "simulator_args": list(protocol.simulator_args), "code": code_fingerprint()}
-    ws = folder / "ws"
-    server = ws / SERVER_RUN
-    report_json = read_json(server / "feddg_report.json")
-    if status == "ok" and (returncode != 0 or not report_json):
+    status, reason, returncode = outcome.status, outcome.reason, outcome.returncode
+    record: dict[str, Any] = {"run": run.__dict__, "run_id": run.run_id, "status": status,
+                              "wall_s": round(outcome.wall_s, 1), "log": str(outcome.log), "config": exp,
+                              "simulator_args": list(protocol.simulator_args), "code": code_fingerprint(),
+                              "executor": outcome.where}
+    server = outcome.server_dir
+    report_json = read_json(server / REPORT_FILE) if server is not None else {}
+    if status == "ok" and (returncode not in (0, None) or not report_json):
         status, reason = "failed", f"exit code {returncode}" + ("" if report_json else ", no report written")
     record.update(status=status, reason=reason)
     if status == "ok":
         record["report"] = report_json
-        ga = read_json(server / "ga_weights.json")
-        if ga:
-            record["ga_weights"] = ga
-        for name in KEPT_FILES:  # what the tables and plots need; the workspace (models, logs) is removed
+        from feddg.flare.registry import server_files
+
+        for file in server_files():  # a method's kept file goes into the record too (its plot reads it there)
+            content = read_json(server / file.name) if file.keep else None
+            if content:
+                record[file.key] = content
+        for name in kept_files():
             if (server / name).exists():
                 shutil.copy(server / name, folder / name)
-    if status in ("ok", INTERRUPTED):
-        shutil.rmtree(ws, ignore_errors=True)
+    if status in ("ok", INTERRUPTED) and outcome.scratch is not None:
+        shutil.rmtree(outcome.scratch, ignore_errors=True)
     return record
 
 
@@ -269,7 +240,7 @@ def case_scores_of(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout: float, reproduce: bool,
-               report: Callable[[str], None]) -> None:
+               report: Callable[[str], None], executor: CellExecutor | None = None) -> None:
     """Refuse to add runs made by code other than the folder's (see the module docstring); with ``reproduce``,
     re-run the folder's first finished cell with this code and accept the code when every per-case score is
     identical, recording the evidence in ``sweep.json``."""
@@ -295,7 +266,7 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
     scratch = out / REPRODUCE_DIR
     shutil.rmtree(scratch, ignore_errors=True)
     try:
-        new = execute(Run(**old["run"]), protocol, scratch, timeout, report)
+        new = execute(Run(**old["run"]), protocol, scratch, timeout, report, executor)
     finally:
         evidence_log = scratch / "runs" / rid / "simulate.log"
         kept = evidence_log.read_text(errors="replace")[-2000:] if evidence_log.exists() else ""
@@ -334,17 +305,19 @@ def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run]) 
 def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], seeds: Sequence[int],
           timeout: float = 3600, retry_failed: bool = False, reproduce_check: bool = False, dry_run: bool = False,
           move_aside: bool = False, report: Callable[[str], None] = print,
-          after_run: Callable[[], None] | None = None) -> list[dict]:
+          after_run: Callable[[], None] | None = None, executor: CellExecutor | None = None) -> list[dict]:
     """Run every cell not run yet; returns every cell's record (finished earlier or now; a dry run returns the
     finished ones and runs nothing). Before any run: every cell is validated, the data (with a data root) checked,
     and the folder's record checked (its protocol, each run's config: :mod:`feddg.benchmark.record`; with
     ``move_aside`` a run of another protocol is moved to ``OUT/aside/``); then the plan and its estimated machine
     time are printed. ``after_run`` is called after each run (the CLI rewrites the tables then, so an interrupted
-    sweep leaves tables of what it finished). A stop signal ends it with :class:`Interrupted`; the folder's lock is
-    released on every way out."""
+    sweep leaves tables of what it finished). ``executor`` runs the cells (:mod:`feddg.benchmark.executors`; by
+    default one local simulator run at a time); it checks them before any run, the reproduce check's included. A
+    stop signal ends it with :class:`Interrupted`; the folder's lock is released on every way out."""
+    executor = executor or LocalExecutor()
     with handle_stop_signals():
         runs = plan(protocol, methods, held_out, seeds)  # every run valid before the folder is touched
-        if move_aside or _split(runs, run_records(out), retry_failed)[1]:
+        if executor.data_here and (move_aside or _split(runs, run_records(out), retry_failed)[1]):
             check_real_data(protocol, runs[0], report)
         if dry_run:
             prepare_folder(out, protocol, report, write=False)
@@ -359,9 +332,16 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
             folder = run_records(out)
             done, todo = _split(runs, folder, retry_failed)
             _report_plan(protocol, runs, done, todo, report)
-            if todo:
-                check_code(out, folder, protocol, timeout, reproduce_check, report)
-            _run_all(out, protocol, runs, done, todo, timeout, report, after_run)
+            cells = [prepare_cell(run, protocol, out, timeout) for run in todo]
+            try:
+                if cells:
+                    executor.check(cells)  # refused in one line before any run, the reproduce check's included
+                    check_code(out, folder, protocol, timeout, reproduce_check, report, executor)
+                _run_all(protocol, runs, done, cells, executor, report, after_run)
+            finally:  # a cell that was never run leaves no folder (one that ran has its run.json)
+                for cell in cells:
+                    if not (cell.folder / RUN_FILE).exists():
+                        shutil.rmtree(cell.folder, ignore_errors=True)
             return [done[r.run_id] for r in runs]
 
 
@@ -386,20 +366,25 @@ def _report_plan(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict],
            f"{per_run * len(todo) / 3600:.1f} machine-hours at {per_run:.0f} s per run ({source})")
 
 
-def _run_all(out: Path, protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], todo: Sequence[Run],
-             timeout: float, report: Callable[[str], None], after_run: Callable[[], None] | None) -> None:
-    """Run ``todo`` in order, adding each record to ``done``, ``after_run`` after each (signals wait for its end)."""
-    walls = [r["wall_s"] for r in done.values() if r.get("status") == "ok"]
-    for i, run in enumerate(todo):
-        eta = f", about {(sum(walls) / len(walls)) * (len(todo) - i) / 60:.0f} min left" if walls else ""
-        report(f"[{len(runs) - len(todo) + i + 1}/{len(runs)}] {run.run_id}{eta}")
-        record = execute(run, protocol, out, timeout, report)
-        done[run.run_id] = record
+def _run_all(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], cells: Sequence[Cell],
+             executor: CellExecutor, report: Callable[[str], None], after_run: Callable[[], None] | None) -> None:
+    """Run ``cells`` with ``executor``, adding each record to ``done`` as it ends and calling ``after_run`` after
+    each (signals wait for its end); the time left is estimated from this sweep's pace, which counts the runs that
+    go on at once."""
+    if not cells:
+        return
+    report(f"running {len(cells)} run(s): {executor.describe()}")
+    started, first = time.perf_counter(), len(runs) - len(cells)
+
+    def recorded(cell: Cell, record: dict[str, Any]) -> None:
+        done[cell.run_id] = record
+        finished = len(done) - first
         note = f"{record['wall_s']:.0f} s" if record["status"] == "ok" else \
             f"{record['status'].upper()}: {record['reason']} (log {record['log']})"
-        report(f"    {run.run_id}: {note}")
-        if record["status"] == "ok":
-            walls.append(record["wall_s"])
+        pace = (time.perf_counter() - started) / finished
+        left = f", about {pace * (len(cells) - finished) / 60:.0f} min left" if finished < len(cells) else ""
+        report(f"[{first + finished}/{len(runs)}] {cell.run_id}: {note}{left}")
         if after_run is not None:
-            with STOP_SIGNALS.deferred():
-                after_run()
+            after_run()
+
+    _run_cells(protocol, cells, executor, report, recorded)

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from feddg.layouts import LAYOUTS
+
 from ..config import TASKS
 from .errors import DataError, DataWarning
 from .layouts import foreground_warnings, layout_spec, read_record, scan_site, site_folders
@@ -158,7 +160,7 @@ def check_data(layout: str, root: Path, sites: list[str] | None = None, task: st
     checked. Warnings (an implausible foreground share, an oversized image) are listed apart and do not fail the check.
 
     Args:
-        layout: one of the layouts in :mod:`feddg.data.layouts`.
+        layout: one of the layouts declared in :data:`feddg.layouts.LAYOUTS`.
         root: the folder holding one subfolder per site.
         sites: the sites to check; None: every visible subfolder of ``root``.
         task: the expected task; a layout of another task is reported as a problem. None: the layout's own task.
@@ -262,7 +264,7 @@ def format_report(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``python -m feddg.data.check <layout> <root> [site ...]``: print the report; exit status 1 on problems."""
     parser = argparse.ArgumentParser(description="Check a FedDG data folder (read-only).")
-    parser.add_argument("layout")
+    parser.add_argument("layout", choices=list(LAYOUTS))
     parser.add_argument("root", type=Path)
     parser.add_argument("sites", nargs="*")
     parser.add_argument("--task", default=None)

@@ -29,10 +29,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from feddg.layouts import Layout
+
 from ..config import DataConfig
 from ..seeds import split_seed
 from .errors import DataError, DataWarning
-from .layouts import CaseRecord, Decoded, LayoutSpec, discover_site, foreground_warnings, layout_spec, read_record
+from .layouts import CaseRecord, Decoded, discover_site, foreground_warnings, layout_spec, read_record
 
 SPLITS = ("train", "val", "test")
 
@@ -140,7 +142,7 @@ def unit_range(x: np.ndarray) -> np.ndarray:
 
 
 def preprocess(
-    d: Decoded, spec: LayoutSpec, size: int, zscore_mode: str
+    d: Decoded, spec: Layout, size: int, zscore_mode: str
 ) -> tuple[np.ndarray, np.ndarray, tuple[float, float, float] | None]:
     """One decoded record -> (images (n, C, S, S) float32, labels (n, L, S, S) uint8, spacing at size S or None)."""
     image, labels = d.image, d.labels
@@ -201,7 +203,7 @@ def _qualified_case_id(rec: CaseRecord) -> str:
     return rec.case_id if rec.split is None else f"{rec.split}/{rec.case_id}"
 
 
-def build_slice_set(records: list[CaseRecord], cfg: DataConfig, spec: LayoutSpec, site: str) -> SliceSet:
+def build_slice_set(records: list[CaseRecord], cfg: DataConfig, spec: Layout, site: str) -> SliceSet:
     """Decode, validate and preprocess ``records`` into one SliceSet (rows grouped by case, in record order)."""
     n_labels = len(cfg.label_names)
     if not records:

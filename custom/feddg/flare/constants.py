@@ -16,13 +16,17 @@ class FedDGMeta:
     VAL_DICE = "val_dice"  # mean validation Dice of the *received* global model
     VAL_LOSS = "val_loss"  # validation Dice loss of the received global model
     TRAIN_LOSS = "train_loss"  # mean local training loss of this round
-    GENERALIZATION_GAP = "generalization_gap"  # GA: val loss of the received global model minus that of the
-    # site's own model from the end of the previous round (only when the job asks for it)
     MODEL_NAME = "model_name"  # on evaluate tasks: "final" or "best"
     ROUND = "model_round"  # on evaluate tasks: the round that produced the model
 
 
 CONFIG_FILE = "feddg.yaml"
+PROGRESS_FILE = "feddg_progress.json"  # the rounds' workflow's progress in the server's run folder
+
+# The job id, and so the name of every participant's run folder (``<workspace>/server/simulate_job``), of every job
+# NVFlare's simulator runs (nvflare.private.fed.simulator.simulator_const.SimulatorConstants.JOB_NAME, a private
+# module: tests/test_names.py checks that the two agree).
+SIMULATOR_JOB = "simulate_job"
 
 # How often a server workflow checks whether a task's results are in (NVFlare's default: 0.5 s for FedAvg-style
 # controllers, 0.2 s for others). Checking a table of task states is cheap; every check period that passes after
@@ -33,5 +37,5 @@ TASK_CHECK_PERIOD = 0.05
 # (NVFlare's ``task_request_interval`` in the job's server config; default 2 s). The last site to answer each round
 # waits this long before it asks for the next round's task, so it is a floor under every round's overhead. 0.25 s
 # keeps that floor low while an idle site asks the server 4 times a second: a few hundred bytes each, negligible
-# next to a model transfer even with tens of sites. Measured by benchmarks/round_time.py (README, "Speed").
+# next to a model transfer even with tens of sites. Measured by benchmarks/round_time.py (docs/site-compute.md).
 TASK_REQUEST_INTERVAL = 0.25

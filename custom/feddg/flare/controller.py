@@ -49,20 +49,19 @@ from nvflare.app_common.workflows.base_fedavg import BaseFedAvg
 
 from feddg.config import FedDGConfig
 from feddg.evaluation import mean_dice
-from feddg.flare.constants import CONFIG_FILE, TASK_CHECK_PERIOD, FedDGMeta, FedDGTask
+from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask, PROGRESS_FILE, TASK_CHECK_PERIOD
 from feddg.flare.job_config import load_job_config
 from feddg.flare.site_info import mismatch
 from feddg.flare.timings import TIMINGS_FILE, append_timing, peak_rss_mib
 from feddg.flare.updates import UpdateRejected, check_update
 from feddg.jsonfile import json_safe, write_json
-from feddg.report import evaluation_rows, format_table, mean_of, software_versions, write_report
+from feddg.report import REPORT_FILE, evaluation_rows, format_table, mean_of, software_versions, write_report
 
 
 # After every round the workflow saves the global model (through the persistor), then writes PROGRESS_FILE with the
 # rounds behind it. Both carry the same run id and round count (the model in its metadata, which the persistor
 # stores with the weights as the checkpoint's ``meta_props``), so that `feddg resume-job` can tell a progress file
 # and a checkpoint of the same save from two that do not belong together.
-PROGRESS_FILE = "feddg_progress.json"
 RUN_ID = "feddg_run_id"  # model metadata key: the run that saved the model (a random id per run of the workflow)
 ROUNDS_COMPLETED = "feddg_rounds_completed"  # model metadata key: the rounds behind the saved model
 NR_AGGREGATED = "nr_aggregated"  # NVFlare's aggregate metadata key: how many results it averages
@@ -100,7 +99,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         aggregator_id: str = "aggregator",
         persistor_id: str = AppConstants.DEFAULT_PERSISTOR_ID,
         start_round: int = 0,
-        report_file: str = "feddg_report.json",
+        report_file: str = REPORT_FILE,
         final_round_receiver_id: str | None = None,
     ):
         super().__init__(persistor_id=persistor_id, start_round=start_round, task_check_period=TASK_CHECK_PERIOD)

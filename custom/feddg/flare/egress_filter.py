@@ -46,41 +46,14 @@ from nvflare.apis.dxo import DXO
 from feddg.config import FedDGConfig
 from feddg.flare import registry
 from feddg.flare.constants import CONFIG_FILE, FedDGTask
-from feddg.flare.method_spec import SiteLimit
 from feddg.flare.payload_filter import Check, PayloadFilter
 from feddg.flare.payloads import (
-    DEFAULT_MAX_PARAMETERS,
     PayloadRejected,
     check_evaluate_result,
     check_site_info_result,
     check_train_result,
 )
-
-# The limit of the shared tasks; each method adds the limits of its own payloads (feddg.flare.registry.site_limits).
-MAX_PARAMETERS = SiteLimit("max_parameters", DEFAULT_MAX_PARAMETERS,
-                           f"most values a model update may carry (default {DEFAULT_MAX_PARAMETERS})")
-
-
-def all_site_limits() -> dict[str, SiteLimit]:
-    """Every limit a site's egress filter takes, by name: the shared one and the registered methods'."""
-    return {MAX_PARAMETERS.name: MAX_PARAMETERS, **registry.site_limits()}
-
-
-def egress_limits(**given: int | None) -> dict[str, int | None]:
-    """Every limit with its value: ``given`` where set (not None), the default otherwise. ValueError naming an
-    unknown limit (with the known ones) or a value that is not a whole number of at least 1."""
-    known = all_site_limits()
-    unknown = sorted(set(given) - set(known))
-    if unknown:
-        raise ValueError(f"unknown site limit(s) {unknown}; the limits are {sorted(known)}")
-    limits = {name: limit.default for name, limit in known.items()}
-    for name, value in given.items():
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name.replace('_', '-')}: must be a whole number of at least 1, got {value!r}")
-        limits[name] = value
-    return limits
+from feddg.flare.site_limits import MAX_PARAMETERS, egress_limits
 
 
 class SiteEgressFilter(PayloadFilter):
@@ -89,9 +62,10 @@ class SiteEgressFilter(PayloadFilter):
     Args:
         config_file: the job's experiment file, relative to the app's config folder (to know the network's keys
             and shapes).
-        limits: the site's limits by name (:func:`all_site_limits`: ``max_parameters``, the most values a model
-            update may carry, and each method's, e.g. ``max_half_width`` and ``max_amplitude_images`` for ELCFS,
-            ``max_feature_width`` and ``max_feature_rows`` for MLA); a limit not given keeps its default.
+        limits: the site's limits by name (:func:`feddg.flare.site_limits.all_site_limits`: ``max_parameters``, the
+            most values a model update may carry, and each method's, e.g. ``max_half_width`` and
+            ``max_amplitude_images`` for ELCFS, ``max_feature_width`` and ``max_feature_rows`` for MLA); a limit not
+            given keeps its default.
     """
 
     log_prefix = "site policy: "

@@ -4,10 +4,8 @@ Tasks (names configurable, defaults in :class:`feddg.flare.constants.FedDGTask`)
   * ``train``: in, the global weights (DXO WEIGHTS). The site scores the received model on its validation
     split, trains ``train.local_epochs`` epochs, and sends back its weights (DXO WEIGHTS) with metadata
     ``num_train_samples`` (N_k), ``val_dice``/``val_loss`` of the received model, ``train_loss`` and NVFlare's
-    ``NUM_STEPS_CURRENT_ROUND``. With ``send_generalization_gap`` (GA jobs) it also sends
-    ``generalization_gap``: the validation loss of the received model minus the validation loss its own model had
-    right after the previous round's training (none in round 0 or after a missed round). The unseen site refuses
-    this task.
+    ``NUM_STEPS_CURRENT_ROUND``, and what the job's site hooks add (:mod:`feddg.flare.site_hooks`; GA: the
+    ``generalization_gap``). The unseen site refuses this task.
   * ``evaluate``: in, a model's weights. Out, DXO METRICS: {split: summary} for every non-empty split the
     site has ("val" and the in-domain "test" at a training site, "test" at the unseen site).
 
@@ -41,19 +39,20 @@ from feddg.compute import ThreadBudgetError, apply_thread_budget
 from feddg.config import ConfigError, FedDGConfig
 from feddg.data.dataset import SliceSet, load_site, make_loader
 from feddg.data.errors import DataError
-from feddg.evaluation import evaluate_sliceset, split_loss, validation_scores
+from feddg.evaluation import evaluate_sliceset, validation_scores
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
 from feddg.flare.payloads import with_case_scores
 from feddg.flare.redact import public, scrub
-from feddg.flare.site_config import SiteConfigError, load_site_config
+from feddg.flare.site_config import SiteConfigError, load_site_config, site_config_path, site_data
+from feddg.flare.site_hooks import TrainingContext, TrainingHook
 from feddg.flare.site_info import site_fingerprint
 from feddg.flare.timings import TIMINGS_FILE, append_timing, peak_rss_mib
 from feddg.jsonfile import read_json, write_json
 from feddg.nets.unet import build_model, select_device
 from feddg.precision import Precision, PrecisionError
 from feddg.seeds import round_seed
-from feddg.training import LocalTrainResult, train_epochs
+from feddg.training import LocalTrainResult, local_optimizer, train_epochs
 
 STATE_DIR = "feddg_site_state"
 
@@ -92,10 +91,11 @@ class FedDGExecutor(Executor):
         evaluate_task_name: name of the evaluation task.
         tb_writer_id: optional :class:`nvflare.app_opt.tracking.tb.tb_writer.TBWriter` component that streams
             the local training loss to the server's TensorBoard.
-        send_generalization_gap: send the GA generalization gap (off unless the aggregator needs it: nothing
-            leaves the site that the method does not use).
+        site_hooks: ids of the job's :class:`~feddg.flare.site_hooks.TrainingHook` components, called around each
+            round's local training in this order; what they return joins the result's metadata (only the keys
+            their parts declare: nothing leaves the site that the method does not use).
         send_weight_diff: send local minus received weights (DXO WEIGHT_DIFF) instead of the weights, for
-            aggregators that work on updates (gradient alignment).
+            aggregators that work on updates (gradient alignment); NVFlare calls this a DIFF transfer.
     """
 
     def __init__(
@@ -104,7 +104,7 @@ class FedDGExecutor(Executor):
         train_task_name: str = FedDGTask.TRAIN,
         evaluate_task_name: str = FedDGTask.EVALUATE,
         tb_writer_id: str | None = None,
-        send_generalization_gap: bool = False,
+        site_hooks: list[str] | None = None,
         send_weight_diff: bool = False,
     ):
         super().__init__()
@@ -112,7 +112,8 @@ class FedDGExecutor(Executor):
         self.train_task_name = train_task_name
         self.evaluate_task_name = evaluate_task_name
         self.tb_writer_id = tb_writer_id
-        self.send_generalization_gap = send_generalization_gap
+        self.site_hooks = site_hooks  # as given: a job export reads every argument back from self.<arg>
+        self._hooks: list[tuple[str, TrainingHook, frozenset[str]]] = []
         self.send_weight_diff = send_weight_diff
         self._cfg: FedDGConfig | None = None
         self._data: dict[str, SliceSet] | None = None
@@ -206,17 +207,47 @@ class FedDGExecutor(Executor):
             return
         self._site = fl_ctx.get_identity_name()
         self._cfg = load_job_config(fl_ctx, self.config_file)
+        self._hooks = self._resolve_hooks(fl_ctx)
         if self._site not in self._cfg.data.sites:
             raise ConfigError(f"client name {self._site!r} is not one of data.sites {self._cfg.data.sites}")
-        budget = apply_thread_budget(load_site_config(fl_ctx).num_threads)
+        site_cfg = load_site_config(fl_ctx)
+        budget = apply_thread_budget(site_cfg.num_threads)
         self._device = select_device()
         self._precision = Precision(self._cfg.train.amp, self._device)
-        self._data = load_site(self._cfg.data, self._site)
+        self._data = load_site(site_data(self._cfg.data, site_cfg, site_config_path(fl_ctx)), self._site)
         if self._site != self._cfg.data.unseen_site and len(self._data["train"]) == 0:
             raise DataError("no training images after preprocessing", site=self._site)
         sizes = {k: len(v) for k, v in self._data.items()}
         self.log_info(fl_ctx, f"site {self._site}: {sizes} images on {self._device} "
                               f"({self._precision.describe()}), {budget.describe()}")
+
+    def _resolve_hooks(self, fl_ctx: FLContext) -> list[tuple[str, TrainingHook, frozenset[str]]]:
+        """The job's site hooks with the metadata keys each may add; ConfigError naming a missing or wrong one."""
+        from feddg.flare.registry import hook_sends
+
+        hooks = []
+        for hook_id in self.site_hooks or []:
+            hook = fl_ctx.get_engine().get_component(hook_id)
+            if not isinstance(hook, TrainingHook):
+                raise ConfigError(f"site_hooks: {hook_id!r} is not a TrainingHook component of this job "
+                                  f"(got {type(hook).__name__})")
+            hooks.append((hook_id, hook, frozenset(hook_sends(type(hook)))))
+        return hooks
+
+    def _call_hooks(self, stage: str, ctx: TrainingContext, model: torch.nn.Module,
+                    states: dict[str, dict[str, Any]]) -> dict[str, float]:
+        """Every hook's ``stage`` ("before_training" / "after_training") with its own state; the metadata they add.
+        LocalTrainingError when a hook returns a key its part does not declare (it would leave the site)."""
+        meta: dict[str, float] = {}
+        for hook_id, hook, sends in self._hooks:
+            ctx.state = states.setdefault(hook_id, {})
+            added = getattr(hook, stage)(ctx, model)
+            undeclared = sorted(set(added) - sends)
+            if undeclared:
+                raise LocalTrainingError(f"site hook {hook_id!r} returned {undeclared}, which its part does not "
+                                         f"declare (declared: {sorted(sends)})")
+            meta.update(added)
+        return meta
 
     def _load_weights(self, weights: dict[str, Any]) -> torch.nn.Module:
         model = build_model(self._cfg)
@@ -235,17 +266,20 @@ class FedDGExecutor(Executor):
                                        cfg.eval.batch_size)
             meta[FedDGMeta.VAL_DICE], meta[FedDGMeta.VAL_LOSS] = scores["dice"], scores["loss"]
         state_dir = self._state_dir(fl_ctx)
-        previous = read_json(os.path.join(state_dir, "state.json"))
-        if (self.send_generalization_gap and FedDGMeta.VAL_LOSS in meta and previous.get("round") == current_round - 1
-                and "local_val_loss" in previous):
-            meta[FedDGMeta.GENERALIZATION_GAP] = meta[FedDGMeta.VAL_LOSS] - previous["local_val_loss"]
-
+        hook_states = read_json(os.path.join(state_dir, "state.json")).get("hooks", {})
+        received_scores = {k: meta[k] for k in (FedDGMeta.VAL_DICE, FedDGMeta.VAL_LOSS) if k in meta}
+        ctx = TrainingContext(site, current_round, cfg, self._data, self._device, received_scores)
+        try:
+            meta.update(self._call_hooks("before_training", ctx, model, hook_states))
+        except LocalTrainingError as e:
+            self.log_error(fl_ctx, f"site {site}, round {current_round}: {e}; no update is sent")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
         validation_s = time.perf_counter() - validation_started
         seed = round_seed(cfg.train.seed, site, current_round)
         torch.manual_seed(seed)
         loader = make_loader(self._data["train"], cfg.train.batch_size, shuffle=True,
                              augment=cfg.train.augment, seed=seed, device=self._device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=(0.9, 0.99))
+        optimizer = local_optimizer(model.parameters(), cfg.train.lr)
         self._restore_optimizer(optimizer, state_dir, fl_ctx)
         received = {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
         global_model = copy.deepcopy(model).eval() if cfg.train.fedprox_mu > 0 else None
@@ -263,13 +297,15 @@ class FedDGExecutor(Executor):
         if abort_signal.triggered:
             return make_reply(ReturnCode.TASK_ABORTED)
         torch.save(optimizer.state_dict(), os.path.join(state_dir, "optimizer.pt"))
-        state = {"round": current_round, "train_loss": result.mean_loss, "steps": result.steps}
-        if self.send_generalization_gap and len(self._data["val"]):
-            # The site's own model scored right after training: next round's gap is measured against it.
-            validation_started = time.perf_counter()
-            state["local_val_loss"] = split_loss(model, self._data["val"], self._device, cfg.eval.batch_size)
-            validation_s += time.perf_counter() - validation_started
-        write_json(os.path.join(state_dir, "state.json"), state)
+        validation_started = time.perf_counter()  # the hooks' time counts as validation (they score models)
+        try:
+            meta.update(self._call_hooks("after_training", ctx, model, hook_states))
+        except LocalTrainingError as e:
+            self.log_error(fl_ctx, f"site {site}, round {current_round}: {e}; no update is sent")
+            return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+        validation_s += time.perf_counter() - validation_started
+        write_json(os.path.join(state_dir, "state.json"), {"round": current_round, "train_loss": result.mean_loss,
+                                                           "steps": result.steps, "hooks": hook_states})
         meta[FedDGMeta.TRAIN_LOSS] = result.mean_loss
         meta[MetaKey.NUM_STEPS_CURRENT_ROUND] = result.steps
         meta.update(self._extra_train_meta(fl_ctx))

@@ -7,7 +7,8 @@ import os
 from nvflare.apis.fl_constant import FLContextKey
 from nvflare.apis.fl_context import FLContext
 
-from feddg.config import FedDGConfig, load_config
+from feddg.config import FedDGConfig
+from feddg.flare.registry import load_experiment
 
 
 def config_path(fl_ctx: FLContext, config_file: str) -> str:
@@ -19,4 +20,5 @@ def config_path(fl_ctx: FLContext, config_file: str) -> str:
 
 
 def load_job_config(fl_ctx: FLContext, config_file: str) -> FedDGConfig:
-    return load_config(config_path(fl_ctx, config_file))
+    """The job's experiment, validated with the registered methods' sections and checks."""
+    return load_experiment(config_path(fl_ctx, config_file))

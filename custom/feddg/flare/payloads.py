@@ -34,12 +34,9 @@ _HEADERS_KEY = ReservedHeaderKey.HEADERS
 # Meta keys NVFlare itself may add to a DXO on its way out.
 NVFLARE_META = {MetaKey.FILTER_HISTORY}
 
-DEFAULT_MAX_PARAMETERS = 50_000_000  # a site's limit on the values of a model update when its policy names none
-# (the papers' U-Net at 384 px has about 2 million)
-
 # Scalars the results of the shared tasks may carry in their metadata.
 TRAIN_META = {FedDGMeta.NUM_TRAIN_SAMPLES, FedDGMeta.VAL_DICE, FedDGMeta.VAL_LOSS, FedDGMeta.TRAIN_LOSS,
-              FedDGMeta.GENERALIZATION_GAP, MetaKey.NUM_STEPS_CURRENT_ROUND}
+              MetaKey.NUM_STEPS_CURRENT_ROUND}
 EVALUATE_META = {FedDGMeta.MODEL_NAME, FedDGMeta.ROUND}
 
 

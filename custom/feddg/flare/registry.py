@@ -3,141 +3,60 @@
 A method is a name and the parts it is made of (:class:`~feddg.flare.method_spec.MethodPart`, one per method folder).
 Combinations are composed here, so that method folders never import each other: ELCFS + GA is ELCFS's part with
 GA's; MLA-BIN is FedAvg's rounds on the BIN-Net (``model.bin_levels: 3``, MLA-BIN section 2.3) with MLA's part.
-The job generator, the site's egress filter and policy, and ``feddg simulate`` read the registered methods through
-this module's functions; :func:`register` adds a method (a new folder plus one registration here, or, for a method
-outside the package, one call).
+The job generator, the experiment schema, the site's egress filter and policy, ``feddg simulate``, ``feddg
+resume-job`` and the benchmark read the registered methods through this module's functions and never a method's
+name.
+
+Adding a method: a new folder plus one registration here, or, for a method outside the package, an entry point in
+the group ``feddg.methods`` of the package that holds it (``module:attribute``, a :class:`Method` or a sequence of
+them), which every process that reads a job (the CLI, the server, the sites) registers when it imports this module.
+Registration refuses a name, a ``feddg.yaml`` section, a site hook's metadata key or a server file that another
+part has already, naming both.
+
+Import-light: this module and the parts import neither torch nor NVFlare (the CLI lists the methods from it).
 """
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
-from feddg.config import FedDGConfig
+from feddg.config import ConfigError, FedDGConfig, config_from_dict, read_yaml
+from feddg.config import experiment_schema as _schema_of
 from feddg.flare.elcfs.part import PART as ELCFS
 from feddg.flare.fedavg.part import PART as FEDAVG
 from feddg.flare.fedprox.part import PART as FEDPROX
 from feddg.flare.ga.part import PART as GA
 from feddg.flare.gradalign.part import PART as GRADALIGN
-from feddg.flare.method_spec import Component, EgressCheck, MethodPart, SiteLimit, TaskFilter
+from feddg.flare.method_spec import (Component, EgressCheck, ExperimentCheck, Method, MethodPart, SavedModel,
+                                     ServerFile, SiteLimit, merge)
 from feddg.flare.mla.part import PART as MLA
 from feddg.flare.uniform.part import PART as UNIFORM
 
-BASE_EXECUTOR = "feddg.flare.executor.FedDGExecutor"
-
-
-def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``overrides`` applied key by key, nested mappings merged (neither is changed)."""
-    out = copy.deepcopy(dict(base))
-    for key, value in overrides.items():
-        out[key] = merge(out.get(key, {}), value) if isinstance(value, Mapping) else copy.deepcopy(value)
-    return out
-
-
-@dataclass(frozen=True)
-class Method:
-    """A registered method: its name and its parts, read as one :class:`MethodPart`.
-
-    Args:
-        name: the method's name in job names (``<task>_<name>``).
-        parts: the parts it is composed of; single-valued fields (executor, aggregator) may be set by one part only.
-        data_tasks: the data tasks (prostate, fundus) it has jobs for, on top of what its parts allow; None: all.
-    """
-
-    name: str
-    parts: tuple[MethodPart, ...]
-    data_tasks: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        for single in ("executor", "aggregator"):
-            setters = [p for p in self.parts if getattr(p, single) is not None]
-            if len(setters) > 1:
-                raise ValueError(f"method {self.name!r}: {len(setters)} of its parts set the {single}")
-        if self.aggregator is None:
-            raise ValueError(f"method {self.name!r}: no part sets the aggregator")
-
-    def _single(self, name: str) -> Any:
-        return next((getattr(p, name) for p in self.parts if getattr(p, name) is not None), None)
-
-    def _joined(self, name: str) -> tuple:
-        return tuple(item for p in self.parts for item in getattr(p, name))
-
-    def _merged(self, name: str) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for p in self.parts:
-            out = merge(out, getattr(p, name))
-        return out
-
-    @property
-    def executor(self) -> str:
-        return self._single("executor") or BASE_EXECUTOR
-
-    @property
-    def aggregator(self) -> Component | None:
-        return self._single("aggregator")
-
-    @property
-    def executor_args(self) -> dict[str, Any]:
-        return self._merged("executor_args")
-
-    @property
-    def tasks(self) -> tuple[str, ...]:
-        return self._joined("tasks")
-
-    @property
-    def before_rounds(self) -> tuple[Component, ...]:
-        return self._joined("before_rounds")
-
-    @property
-    def after_rounds(self) -> tuple[Component, ...]:
-        return self._joined("after_rounds")
-
-    @property
-    def server_components(self) -> tuple[Component, ...]:
-        return self._joined("server_components")
-
-    @property
-    def round_args(self) -> dict[str, Any]:
-        return self._merged("round_args")
-
-    @property
-    def result_filters(self) -> tuple[TaskFilter, ...]:
-        return self._joined("result_filters")
-
-    @property
-    def data_filters(self) -> tuple[TaskFilter, ...]:
-        return self._joined("data_filters")
-
-    def experiment(self, task: str) -> dict[str, Any]:
-        """What the method sets in a ``task`` job's feddg.yaml."""
-        out: dict[str, Any] = {}
-        for p in self.parts:
-            out = merge(merge(out, p.experiment), p.task_experiment.get(task, {}))
-        return out
-
-    def inactive_reason(self, cfg: FedDGConfig) -> str | None:
-        """Why the method would not act in the validated experiment ``cfg`` (its parts' reasons, joined by "; "),
-        or None when every part acts: a run of it would then be another method's run under its name."""
-        reasons = [p.inactive_when(cfg) for p in self.parts if p.inactive_when is not None]
-        return "; ".join(r for r in reasons if r) or None
-
-    def supports(self, task: str) -> bool:
-        allowed = [p.data_tasks for p in self.parts if p.data_tasks is not None]
-        if self.data_tasks is not None:
-            allowed.append(self.data_tasks)
-        return all(task in a for a in allowed)
+ENTRY_POINT_GROUP = "feddg.methods"
 
 
 _METHODS: dict[str, Method] = {}
 
 
 def register(method: Method) -> Method:
-    """Add ``method`` to the registry; ValueError when its name is taken or a task's egress check would differ
-    from a registered method's."""
+    """Add ``method`` to the registry.
+
+    ValueError when its name is taken, or when one of its parts declares what another part (of this method or of a
+    registered one) has already: a feddg.yaml section, a site hook's metadata key, a server file, or another egress
+    check for a task; the message names both parts."""
     if method.name in _METHODS:
         raise ValueError(f"a method named {method.name!r} is registered already")
+    claims: dict[tuple[str, str], MethodPart] = {}
+    for part in _parts() + [p for p in method.parts if all(p is not q for q in _parts())]:
+        for claim in _claims(part):
+            other = claims.setdefault(claim, part)
+            if other is not part:
+                kind, value = claim
+                raise ValueError(f"method {method.name!r}: part {part.name or '?'!r} declares the {kind} {value!r}, "
+                                 f"which part {other.name or '?'!r} declares already")
     known = egress_checks()
     for part in method.parts:
         for task, check in part.egress.items():
@@ -145,6 +64,16 @@ def register(method: Method) -> Method:
                 raise ValueError(f"method {method.name!r}: task {task!r} already has another egress check")
     _METHODS[method.name] = method
     return method
+
+
+def _claims(part: MethodPart) -> list[tuple[str, str]]:
+    """What a part declares that no other part may: its section, its hooks' metadata keys, its server files."""
+    out = [("feddg.yaml section", part.section.name)] if part.section is not None else []
+    out += [("site hook metadata key", key) for hook in part.site_hooks for key in hook.sends]
+    out += [("server file", f.name) for f in part.server_files]
+    out += [("saved model", m.name) for m in part.saved_models] + [("evaluate option", m.option)
+                                                                     for m in part.saved_models]
+    return out
 
 
 def unregister(name: str) -> None:
@@ -179,8 +108,53 @@ def egress_checks() -> dict[str, EgressCheck]:
 
 
 def train_meta() -> set[str]:
-    """The scalar meta keys the methods' executors add to a training result (beyond the shared ones)."""
-    return {key for part in _parts() for key in part.train_meta}
+    """The scalar meta keys the methods' executors and site hooks add to a training result (beyond the shared
+    ones)."""
+    return {key for part in _parts() for key in (*part.train_meta, *(k for h in part.site_hooks for k in h.sends))}
+
+
+def hook_sends(hook_class: type) -> tuple[str, ...]:
+    """The metadata keys the site hook ``hook_class`` is declared to send (by its class path); () when no
+    registered part declares it."""
+    path = f"{hook_class.__module__}.{hook_class.__qualname__}"
+    return next((h.sends for part in _parts() for h in part.site_hooks if h.component.path == path), ())
+
+
+def server_files() -> tuple[ServerFile, ...]:
+    """Every server file the registered parts declare (``feddg resume-job`` carries the resumable ones, the
+    benchmark keeps and plots the kept ones)."""
+    return tuple(f for part in _parts() for f in part.server_files)
+
+
+def saved_models() -> tuple[SavedModel, ...]:
+    """The models the registered parts save beside the global model (``feddg evaluate`` scores them)."""
+    return tuple(m for part in _parts() for m in part.saved_models)
+
+
+def experiment_schema() -> type[FedDGConfig]:
+    """The schema of a whole ``feddg.yaml``: the base sections and every registered part's own section."""
+    return _schema_of({p.section.name: (p.section.settings, p.section.description)
+                       for p in _parts() if p.section is not None})
+
+
+def experiment_checks() -> tuple[ExperimentCheck, ...]:
+    """The registered parts' checks that relate their sections to the rest of an experiment."""
+    return tuple(check for p in _parts() if p.section is not None for check in p.section.checks)
+
+
+def experiment_from_dict(raw: Any) -> FedDGConfig:
+    """Validate a whole experiment (:func:`feddg.config.config_from_dict` with :func:`experiment_schema` and the
+    parts' checks): an unknown section or key is refused by name."""
+    return config_from_dict(raw, experiment_schema(), experiment_checks())
+
+
+def load_experiment(path: str | Path) -> FedDGConfig:
+    """Read and validate a job's ``feddg.yaml`` (:func:`experiment_from_dict`); errors name the file."""
+    raw = read_yaml(path)
+    try:
+        return experiment_from_dict(raw)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
 
 
 def site_limits() -> dict[str, SiteLimit]:
@@ -212,6 +186,22 @@ def simulated_site_config(component_paths: Iterable[str]) -> dict[str, Any]:
 # MLA-BIN's BIN-Net (section 2.3): BIN blocks in the top three encoder levels.
 BIN_NET = MethodPart(experiment={"model": {"bin_levels": 3}})
 
+def register_entry_points() -> list[str]:
+    """Register the methods that installed packages declare in the entry-point group ``feddg.methods``; the names
+    registered. An entry point that cannot be loaded or registered raises, naming it (a job of such a method would
+    otherwise fail at a site with an unknown section)."""
+    added = []
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            value = entry.load()
+            for m in (value if isinstance(value, (list, tuple)) else [value]):
+                if m.name not in _METHODS or _METHODS[m.name] is not m:
+                    added.append(register(m).name)
+        except Exception as e:  # noqa: BLE001 - any failure of a plug-in is named
+            raise ImportError(f"entry point {entry.name!r} = {entry.value!r} (group {ENTRY_POINT_GROUP}): {e}") from e
+    return added
+
+
 for _method in (
     Method("fedavg", (FEDAVG,)),
     Method("uniform", (UNIFORM,)),
@@ -223,3 +213,4 @@ for _method in (
     Method("mlabin", (FEDAVG, BIN_NET, MLA)),
 ):
     register(_method)
+register_entry_points()

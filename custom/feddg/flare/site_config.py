@@ -12,9 +12,13 @@ optional::
       "num_threads": 4,               // CPU threads of this site's job process (torch and OpenMP). Absent or
                                       // null: the host's cores shared by the site processes that run on it
                                       // (feddg.compute: all of them in a real deployment, one site per host).
-      "share_case_scores": true       // send each evaluated case's Dice/HD95/ASD (by an anonymous index, never
+      "share_case_scores": true,      // send each evaluated case's Dice/HD95/ASD (by an anonymous index, never
                                       // a case id) with the summaries, for paired statistics between methods.
                                       // Absent: true. false: summaries only.
+      "data_root": "/data/prostate"   // this hospital's data: the folder holding its site folder, in the job's
+                                      // data.layout. A job on real data (data.root not null) reads them from
+                                      // here, whatever path its data.root names; a job whose data.root is
+                                      // AT_EACH_SITE needs it. Synthetic jobs (data.root null) ignore it.
     }
 
 The file is validated with the same strict schema rules as ``feddg.yaml`` (:mod:`feddg.config`): unknown keys,
@@ -31,9 +35,12 @@ from typing import Annotated
 from nvflare.apis.fl_context import FLContext
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from feddg.config import describe_validation_error
+from feddg.config import DataConfig, describe_validation_error
 
 SITE_CONFIG_FILE = "feddg_site.json"
+# The data.root of a job submitted to a deployment (``feddg benchmark --executor flare``): it names no folder, so no
+# hospital's path travels to the others; each site reads its own ``data_root``.
+AT_EACH_SITE = "<data_root in each site's local/feddg_site.json>"
 
 
 class SiteConfigError(ValueError):
@@ -47,6 +54,7 @@ class SiteConfig(BaseModel):
     share_local_model: bool = False
     num_threads: Annotated[int, Field(ge=1)] | None = None
     share_case_scores: bool = True
+    data_root: Annotated[str, Field(min_length=1)] | None = None
 
 
 def read_site_config(path: str) -> SiteConfig:
@@ -65,7 +73,25 @@ def read_site_config(path: str) -> SiteConfig:
         raise SiteConfigError(f"{path}: {describe_validation_error(e, SiteConfig)}") from None
 
 
+def site_data(data: DataConfig, site: SiteConfig, where: str) -> DataConfig:
+    """The job's data settings as this site reads them: on real data (``data.root`` not null) the root is the site's
+    own ``data_root`` when it sets one; synthetic data are unchanged. SiteConfigError naming ``where`` (the site's
+    ``feddg_site.json``) when the job asks for each site's own data (:data:`AT_EACH_SITE`) and the site names none."""
+    if data.root is None:
+        return data
+    if site.data_root is not None:
+        return data.model_copy(update={"root": site.data_root})
+    if data.root == AT_EACH_SITE:
+        raise SiteConfigError(f"{where}: the job reads each hospital's own data, but this site sets no data_root "
+                              f"(the folder holding its site folder, in the job's data.layout {data.layout!r})")
+    return data
+
+
 def load_site_config(fl_ctx: FLContext) -> SiteConfig:
     """The running site's configuration (defaults when the file does not exist)."""
-    local = fl_ctx.get_engine().get_workspace().get_site_config_dir()
-    return read_site_config(os.path.join(local, SITE_CONFIG_FILE))
+    return read_site_config(site_config_path(fl_ctx))
+
+
+def site_config_path(fl_ctx: FLContext) -> str:
+    """``<site workspace>/local/feddg_site.json`` of the running site."""
+    return os.path.join(fl_ctx.get_engine().get_workspace().get_site_config_dir(), SITE_CONFIG_FILE)

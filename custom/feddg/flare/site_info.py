@@ -25,14 +25,20 @@ HASH_KEY = "preprocessing_hash"
 _LOCATION_FIELDS = ("root", "cache_dir")
 
 
+def _package(package: ModuleType) -> list[ModuleType]:
+    """``package`` and every module in it, by name."""
+    return [package, *(importlib.import_module(f"{package.__name__}.{info.name}")
+                       for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name))]
+
+
 def preprocessing_modules() -> list[ModuleType]:
-    """The modules whose source goes into the hash, in a fixed order: the loader, the layouts, then the synthetic
-    generator's package and every module in it (by name), so that editing any of them changes the hash."""
+    """The modules whose source goes into the hash, in a fixed order: the loader, the layouts' declaration, the
+    layouts' package and every module in it, then the synthetic generator's package and every module in it (by
+    name), so that editing any of them changes the hash."""
+    from feddg import layouts as declaration
     from feddg.data import dataset, layouts, synthetic
 
-    generator = [importlib.import_module(f"{synthetic.__name__}.{info.name}")
-                 for info in sorted(pkgutil.iter_modules(synthetic.__path__), key=lambda info: info.name)]
-    return [dataset, layouts, synthetic, *generator]
+    return [dataset, declaration, *_package(layouts), *_package(synthetic)]
 
 
 def preprocessing_hash(cfg: FedDGConfig) -> str:

@@ -7,13 +7,12 @@ package and exactly the NVFlare classes the generated jobs use, nothing else.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from feddg.flare import registry
-from feddg.flare.egress_filter import egress_limits
+from feddg.flare.site_limits import egress_limits
 from feddg.flare.site_config import SiteConfig
 from feddg.jsonfile import read_json_object, write_json
 
@@ -36,16 +35,18 @@ INJECTED_BY_NVFLARE = (
 
 def component_paths(config: Any) -> set[str]:
     """Every ``path`` of a component in an NVFlare JSON config (nested ones included)."""
-    found: set[str] = set()
+    return {entry["path"] for entry in component_entries(config)}
+
+
+def component_entries(config: Any) -> list[dict[str, Any]]:
+    """Every component entry (a mapping with a ``path``) of an NVFlare JSON config, nested ones included, as the
+    dicts inside ``config`` (so that a caller may edit their ``args``)."""
     if isinstance(config, dict):
-        if isinstance(config.get("path"), str):
-            found.add(config["path"])
-        for value in config.values():
-            found |= component_paths(value)
-    elif isinstance(config, list):
-        for value in config:
-            found |= component_paths(value)
-    return found
+        found = [config] if isinstance(config.get("path"), str) else []
+        return found + [entry for value in config.values() for entry in component_entries(value)]
+    if isinstance(config, list):
+        return [entry for value in config for entry in component_entries(value)]
+    return []
 
 
 def class_allow_list() -> list[str]:

@@ -3,7 +3,7 @@
 The sum runs in site-name order once every result is in, not in order of arrival: floating-point addition is not
 associative, and the sites of a round arrive in a different order in every run. Summed as they came, two runs of
 one job with one seed differed in the last bits of the round-0 model, which training amplified into held-out Dice
-differences of up to 0.12 after 20 rounds (see the README's benchmark section).
+differences of up to 0.12 after 20 rounds (see docs/benchmark.md).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from feddg.config import config_from_dict
+from feddg.flare.registry import experiment_from_dict
 from feddg.data.dataset import load_site
 from feddg.methods.mla.attention import attention_weights, train_domain_attention
 from feddg.methods.mla.encoders import build_feature_encoder, encode, global_model_encoder
@@ -75,7 +75,7 @@ def prostate_sites(synthetic_root):
     """All six tiny synthetic prostate sites (3 cases x 4 slices, 32 px): site -> (images, case ids)."""
     exp = tiny_experiment("prostate", root=str(synthetic_root["prostate"]))
     exp["data"]["train_empty_slices"] = True  # every slice: site recognition does not need foreground
-    cfg = config_from_dict(exp)
+    cfg = experiment_from_dict(exp)
     out = {}
     for site in cfg.data.sites:
         splits = load_site(cfg.data, site)

@@ -46,17 +46,20 @@ class ELCFSExecutor(FedDGExecutor):
     Args:
         exchange_task_name: the task that asks for the amplitude windows.
         bank_task_name: the task that delivers the distribution bank.
-        executor_args: as in :class:`FedDGExecutor`; the job's ``feddg.yaml`` holds the method's settings in its
-            ``elcfs`` section (ELCFS local training combines with any aggregator: GA needs the generalization gap).
+        args, kwargs: :class:`FedDGExecutor`'s arguments (``config_file``, ``tb_writer_id``, ``site_hooks``, ...);
+            the job's ``feddg.yaml`` holds the method's settings in its ``elcfs`` section (ELCFS local training
+            combines with any aggregator: GA needs the generalization gap). Literally ``*args, **kwargs``:
+            NVFlare's job export (``fuel/utils/class_utils.py``) reads a base class's arguments only then.
     """
 
     def __init__(
         self,
         exchange_task_name: str = ELCFSTask.AMPLITUDE_SPECTRA,
         bank_task_name: str = ELCFSTask.AMPLITUDE_BANK,
-        **executor_args: Any,
+        *args: Any,
+        **kwargs: Any,
     ):
-        super().__init__(**executor_args)
+        super().__init__(*args, **kwargs)
         self.exchange_task_name = exchange_task_name
         self.bank_task_name = bank_task_name
         refusal = "it takes no part in the amplitude exchange"

@@ -19,23 +19,15 @@ import numpy as np
 from nvflare.apis.dxo import DXO
 
 from feddg.config import ConfigError, FedDGConfig
+from feddg.flare.elcfs.part import DEFAULT_MAX_HALF_WIDTH, ELCFSTask  # noqa: F401 - the exchange's names
 from feddg.flare.payloads import PayloadRejected, check_declared_meta
 from feddg.methods.frequency import window_half_widths
 
 
 
-class ELCFSTask:
-    """The tasks of the amplitude exchange."""
-
-    AMPLITUDE_SPECTRA = "amplitude_spectra"  # nothing in, the site's amplitude windows out (training sites)
-    AMPLITUDE_BANK = "amplitude_bank"  # the distribution bank in, an acknowledgement out
-
-
 AMPLITUDE_WINDOW = "AMPLITUDE_WINDOW"
 AMPLITUDE_BANK = "AMPLITUDE_BANK"
 _WINDOW_KEY = "amplitude_window"
-DEFAULT_MAX_HALF_WIDTH = 8  # a site's cap when its policy names none: at most 17 x 17 values per channel
-# (alpha 0.01 of an 800 px image)
 
 
 def amplitude_half_widths(cfg: FedDGConfig) -> tuple[int, int]:

@@ -14,4 +14,4 @@ from feddg.flare.method_spec import MethodPart
 
 FEDPROX_MU = 0.01
 
-PART = MethodPart(experiment={"train": {"fedprox_mu": FEDPROX_MU}})
+PART = MethodPart(name="fedprox", experiment={"train": {"fedprox_mu": FEDPROX_MU}})

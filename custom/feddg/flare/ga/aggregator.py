@@ -14,7 +14,8 @@ from nvflare.app_common.abstract.fl_model import FLModel
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.app_common.app_constant import AppConstants
 
-from feddg.flare.constants import CONFIG_FILE, FedDGMeta
+from feddg.flare.constants import CONFIG_FILE
+from feddg.flare.ga.part import GENERALIZATION_GAP, HISTORY
 from feddg.flare.job_config import config_path, load_job_config
 from feddg.flare.weighted_average import weighted_mean
 from feddg.jsonfile import write_json
@@ -25,7 +26,7 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
     """Averages the training sites' models with GA weights instead of data-size weights.
 
     Over the wire each result carries the site's trained weights and, from round 1 on, its generalization gap
-    ``generalization_gap`` in the metadata (see :class:`feddg.flare.executor.FedDGExecutor`). Weights start
+    ``generalization_gap`` in the metadata (GA's site hook, :mod:`feddg.flare.ga.hook`). Weights start
     uniform (a_i = 1/M over the training sites of ``feddg.yaml``), not proportional to data size.
 
     A site whose gap is missing, NaN or infinite keeps its previous weight this round and is left out of mu (one
@@ -50,7 +51,7 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
     def __init__(
         self,
         config_file: str = CONFIG_FILE,
-        history_file: str = "ga_weights.json",
+        history_file: str = HISTORY.name,
         resume_from: str | None = None,
     ):
         super().__init__()
@@ -101,7 +102,7 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
         round_index = self._round()
         gaps: dict[str, float] = {}
         for site in present:
-            gap = (self._updates[site].meta or {}).get(FedDGMeta.GENERALIZATION_GAP)
+            gap = (self._updates[site].meta or {}).get(GENERALIZATION_GAP)
             if is_valid_gap(gap):
                 gaps[site] = float(gap)
             elif round_index > 0:  # round 0 carries no gaps by design

@@ -1,10 +1,17 @@
-"""GA's part of a job: the GA aggregator, the sites' generalization gap, and the ``ga`` section of feddg.yaml."""
+"""GA's part of a job: the GA aggregator, the sites' generalization gap (a site hook), the weight history the
+server writes, and the ``ga`` section of feddg.yaml."""
 
 from __future__ import annotations
 
-from feddg.config import FedDGConfig, GAConfig
+from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE
-from feddg.flare.method_spec import Component, MethodPart
+from feddg.flare.ga.settings import GASettings
+from feddg.flare.method_spec import Component, MethodPart, Section, ServerFile, SiteHook
+
+AGGREGATOR = "feddg.flare.ga.aggregator.GeneralizationAdjustmentAggregator"
+GENERALIZATION_GAP = "generalization_gap"  # the one scalar a GA site adds to its training result (Eq. 2)
+HISTORY = ServerFile("ga_weights.json", writer=AGGREGATOR, resume_arg="resume_from", keep=True,
+                     plot="feddg.flare.ga.plots:weight_history")
 
 
 def inactive_when(cfg: FedDGConfig) -> str | None:
@@ -23,9 +30,12 @@ def inactive_when(cfg: FedDGConfig) -> str | None:
 
 
 PART = MethodPart(
-    aggregator=Component("feddg.flare.ga.aggregator.GeneralizationAdjustmentAggregator",
-                         {"config_file": CONFIG_FILE}),
-    executor_args={"send_generalization_gap": True},
-    experiment={"ga": GAConfig().model_dump()},
+    name="ga",
+    aggregator=Component(AGGREGATOR, {"config_file": CONFIG_FILE}),
+    section=Section("ga", GASettings, "FedDG-GA (Zhang et al., CVPR 2023): generalization adjustment of the "
+                                      "aggregation weights"),
+    site_hooks=(SiteHook(Component("feddg.flare.ga.hook.GeneralizationGap", id="generalization_gap"),
+                         sends=(GENERALIZATION_GAP,)),),
+    server_files=(HISTORY,),
     inactive_when=inactive_when,
 )

@@ -10,7 +10,7 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 from nvflare.app_common.aggregators.model_aggregator import ModelAggregator
 from nvflare.app_common.app_constant import AppConstants
 
-from feddg.config import GradAlignConfig
+from feddg.flare.gradalign.settings import GradAlignSettings
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.job_config import load_job_config
 from feddg.methods.gradalign import align
@@ -41,7 +41,7 @@ class GradientAlignmentAggregator(ModelAggregator):
     def __init__(self, config_file: str = CONFIG_FILE):
         super().__init__()
         self.config_file = config_file
-        self.settings = GradAlignConfig()
+        self.settings = GradAlignSettings()
         self.seed = 0
         self._updates: dict[str, dict[str, np.ndarray]] = {}
 

@@ -5,9 +5,10 @@ epochs of the other jobs so that the comparison with FedAvg holds."""
 
 from __future__ import annotations
 
-from feddg.config import FedDGConfig, GradAlignConfig
+from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE
-from feddg.flare.method_spec import Component, MethodPart
+from feddg.flare.gradalign.settings import GradAlignSettings
+from feddg.flare.method_spec import Component, MethodPart, Section
 
 
 def inactive_when(cfg: FedDGConfig) -> str | None:
@@ -22,9 +23,11 @@ def inactive_when(cfg: FedDGConfig) -> str | None:
 
 
 PART = MethodPart(
+    name="gradalign",
     aggregator=Component("feddg.flare.gradalign.aggregator.GradientAlignmentAggregator",
                          {"config_file": CONFIG_FILE}),
     executor_args={"send_weight_diff": True},
-    experiment={"gradalign": GradAlignConfig().model_dump()},
+    section=Section("gradalign", GradAlignSettings, "gradient alignment of the sites' weight differences "
+                                                    "(Algorithm 1)"),
     inactive_when=inactive_when,
 )

@@ -35,7 +35,8 @@ import torch
 from torch import nn
 
 import feddg
-from feddg.config import FedDGConfig, config_from_dict
+from feddg.config import FedDGConfig
+from feddg.flare.registry import experiment_from_dict
 from feddg.data.dataset import SliceSet
 from feddg.evaluation import evaluate_sliceset, predict_logits, score_logits
 from feddg.jsonfile import write_json
@@ -61,7 +62,7 @@ def _state_dict(model: nn.Module | Mapping[str, torch.Tensor]) -> dict[str, torc
 
 def _config_dict(config: FedDGConfig | Mapping[str, Any]) -> dict[str, Any]:
     raw = config.to_dict() if isinstance(config, FedDGConfig) else dict(config)
-    config_from_dict(json.loads(json.dumps(raw)))  # validates, and proves it survives JSON
+    experiment_from_dict(json.loads(json.dumps(raw)))  # validates, and proves it survives JSON
     return json.loads(json.dumps(raw))
 
 
@@ -106,7 +107,7 @@ def save_bundle(
                          f"{attention.in_features}")
     cfg_dict = _config_dict(config)
     states = [_state_dict(local_models[s]) for s in sites]
-    _check_models(states, sites, config_from_dict(cfg_dict))
+    _check_models(states, sites, experiment_from_dict(cfg_dict))
     if (path / MANIFEST).exists() and not overwrite:
         raise ValueError(f"{path}: already holds an MLA bundle (pass overwrite=True to replace it)")
 
@@ -294,7 +295,7 @@ def _assemble(
     if mode not in MODES:
         raise _fail(where, f"manifest.json: attention_mode must be one of {list(MODES)}, got {mode!r}")
     try:
-        cfg = config_from_dict(manifest["config"])
+        cfg = experiment_from_dict(manifest["config"])
     except (ValueError, TypeError) as e:
         raise _fail(where, f"manifest.json: invalid 'config': {e}") from e
 
@@ -486,3 +487,23 @@ def evaluate_with_bundle(
             "n_images": int(len(weight_images)), "mode": mode,
             "cases": {name: r["cases"] for name, r in results.items()}}
     return {name: r["summary"] for name, r in results.items()}, info
+
+
+class BundleScorer:
+    """MLA's saved model as ``feddg evaluate`` scores it (:class:`feddg.flare.method_spec.SavedModel`): the bundle at
+    ``path``, applied to a hospital's own images (:func:`evaluate_with_bundle`, weights from its test images)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.bundle = load_bundle(path)
+        self.config = self.bundle.config
+
+    def score(self, test: SliceSet, device: torch.device,
+              largest_component: bool) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+        return evaluate_with_bundle(self.bundle, {"test": test}, "test", device, self.config.eval.batch_size,
+                                    largest_component or self.config.eval.largest_component)
+
+    @staticmethod
+    def describe(site: str, info: Mapping[str, Any]) -> str:
+        return (f"MLA attention weights at {site} ({info['mode']}, from {info['n_images']} images): "
+                + ", ".join(f"{s} {w:.3f}" for s, w in info["weights"].items()))

@@ -55,16 +55,19 @@ class MLAExecutor(FedDGExecutor):
     Args:
         features_task_name: the task that asks for the site's feature matrix.
         mla_evaluate_task_name: the task that delivers the MLA bundle for evaluation.
-        executor_args: as in :class:`FedDGExecutor`.
+        args, kwargs: :class:`FedDGExecutor`'s arguments (``config_file``, ``tb_writer_id``, ...). Literally
+            ``*args, **kwargs``: NVFlare's job export (``fuel/utils/class_utils.py``) reads a base class's
+            arguments only then.
     """
 
     def __init__(
         self,
         features_task_name: str = MLATask.MLA_FEATURES,
         mla_evaluate_task_name: str = MLATask.MLA_EVALUATE,
-        **executor_args: Any,
+        *args: Any,
+        **kwargs: Any,
     ):
-        super().__init__(**executor_args)
+        super().__init__(*args, **kwargs)
         self.features_task_name = features_task_name
         self.mla_evaluate_task_name = mla_evaluate_task_name
         self._share_local_model = False

@@ -2,7 +2,7 @@
 
 On the way out (task result chain) it lets the ``mla_features`` result leave only if it is exactly the feature
 payload of :mod:`feddg.flare.payloads`: one float32 matrix (images x features), finite, of the width the job's
-``feddg.yaml`` implies (:func:`feddg.config.mla_feature_width`, read at run time), at most ``max_width`` values per
+``feddg.yaml`` implies (:func:`feddg.flare.mla.settings.mla_feature_width`, read at run time), at most ``max_width`` values per
 image (so that no row can carry an image), at most ``mla.feature_images`` (and ``max_rows``) images, nothing else
 in the DXO, its meta or the Shareable. Raw images, extra keys, NaN/Inf, a wrong width or too many rows are blocked:
 the filter logs the task and the reason and raises :class:`~nvflare.apis.filter.ContentBlockedException`, so NVFlare
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from nvflare.apis.dxo import DXO
 
-from feddg.config import FedDGConfig, mla_feature_width
+from feddg.config import FedDGConfig
+from feddg.flare.mla.settings import mla_feature_width
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.mla.payloads import DEFAULT_MAX_FEATURE_WIDTH, MLATask, check_feature_payload
 from feddg.flare.payload_filter import Check, PayloadFilter

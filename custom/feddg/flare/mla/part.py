@@ -7,50 +7,68 @@ that ``feddg simulate`` writes for its own sites."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nvflare.apis.dxo import DXO
-
-from feddg.config import FedDGConfig, MLAConfig
+from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE
-from feddg.flare.method_spec import Component, MethodPart, SiteLimit, TaskFilter
-from feddg.flare.mla.payloads import (
-    DEFAULT_MAX_FEATURE_WIDTH,
-    SHARE_LOCAL_MODEL,
-    MLATask,
-    check_feature_payload,
-    check_mla_evaluate_result,
-)
+from feddg.flare.method_spec import Component, MethodPart, SavedModel, Section, SiteLimit, TaskFilter
+from feddg.flare.mla.settings import MLASettings
+from feddg.report import REPORT_FILE
 
+if TYPE_CHECKING:
+    from nvflare.apis.dxo import DXO
+
+
+class MLATask:
+    """The tasks of MLA after the rounds."""
+
+    MLA_FEATURES = "mla_features"  # the shared encoder in, the site's feature matrix out (training sites)
+    MLA_EVALUATE = "mla_evaluate"  # the bundle in, metrics of the attention-combined model out (every site)
+
+
+# Meta key of a training result: True when the site's own local/feddg_site.json lets the server keep its final local
+# model (absent otherwise); only the site can set it.
+SHARE_LOCAL_MODEL = "share_local_model"
+DEFAULT_MAX_FEATURE_WIDTH = 512  # a site's cap when its policy names none: feature values per image (the jobs
+# send 128; a 32 x 32 image would need 1024)
 KEEPER_ID = "local_model_keeper"
 
 
 def egress_feature_matrix(dxo: DXO, cfg: FedDGConfig, limits: Mapping[str, Any]) -> None:
     """A site lets out a feature matrix within its own caps."""
+    from feddg.flare.mla.payloads import check_feature_payload  # torch: only where a site checks a payload
+
     check_feature_payload(dxo, None, limits["max_feature_width"], limits["max_feature_rows"])
 
 
 def egress_mla_evaluation(dxo: DXO, cfg: FedDGConfig, limits: Mapping[str, Any]) -> None:
+    from feddg.flare.mla.payloads import check_mla_evaluate_result
+
     check_mla_evaluate_result(dxo)
 
 
 PART = MethodPart(
+    name="mla",
     executor="feddg.flare.mla.executor.MLAExecutor",
     tasks=(MLATask.MLA_FEATURES, MLATask.MLA_EVALUATE),
     server_components=(Component("feddg.flare.mla.local_models.LocalModelKeeper", {}, id=KEEPER_ID),),
     round_args={"final_round_receiver_id": KEEPER_ID},
     after_rounds=(Component("feddg.flare.mla.workflow.MLAWorkflow",
                             {"config_file": CONFIG_FILE, "persistor_id": "persistor",
-                             "report_file": "feddg_report.json"}, id="mla"),),
+                             "report_file": REPORT_FILE}, id="mla"),),
     result_filters=(TaskFilter((MLATask.MLA_FEATURES,),
                                Component("feddg.flare.mla.filter.FeatureMatrixFilter", {"config_file": CONFIG_FILE})),),
-    experiment={"mla": MLAConfig().model_dump()},
+    section=Section("mla", MLASettings, "MLA (MLA-BIN, section 2.2): the feature bank, the domain attention module "
+                                        "and the attention-weighted combination of the sites' local models"),
     egress={MLATask.MLA_FEATURES: egress_feature_matrix, MLATask.MLA_EVALUATE: egress_mla_evaluation},
     site_limits=(
         SiteLimit("max_feature_width", DEFAULT_MAX_FEATURE_WIDTH,
                   f"most MLA feature values per image (default {DEFAULT_MAX_FEATURE_WIDTH})"),
         SiteLimit("max_feature_rows", None, "most images whose MLA feature vectors may leave (default: no cap)"),
     ),
+    saved_models=(SavedModel("mla", "--bundle", "an MLA bundle folder (mla_bundle/ in an MLA job's server run "
+                                                "folder): the attention-combined model is scored next to --model",
+                             scorer="feddg.flare.mla.bundle:BundleScorer"),),
     train_meta=(SHARE_LOCAL_MODEL,),
     simulated_site_config={SHARE_LOCAL_MODEL: True},
 )

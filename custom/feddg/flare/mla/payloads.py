@@ -26,26 +26,15 @@ from nvflare.apis.dxo import DXO
 
 from feddg.flare.payloads import (EVALUATE_META, NVFLARE_META, PayloadRejected, check_declared_meta,
                                   check_scalar_meta, check_split_summaries, required)
+from feddg.flare.mla.part import DEFAULT_MAX_FEATURE_WIDTH, SHARE_LOCAL_MODEL, MLATask  # noqa: F401 - MLA's names
 from feddg.methods.mla.features import check_feature_matrix
 
 
 
-class MLATask:
-    """The tasks of MLA after the rounds."""
-
-    MLA_FEATURES = "mla_features"  # the shared encoder in, the site's feature matrix out (training sites)
-    MLA_EVALUATE = "mla_evaluate"  # the bundle in, metrics of the attention-combined model out (every site)
-
-
-# Meta key of a training result: True when the site's own local/feddg_site.json lets the server keep its final local
-# model (absent otherwise); only the site can set it.
-SHARE_LOCAL_MODEL = "share_local_model"
 MLA_ENCODER = "MLA_ENCODER"
 MLA_BUNDLE = "MLA_BUNDLE"
 FEATURE_MATRIX = "FEATURE_MATRIX"
 _FEATURES_KEY = "features"
-DEFAULT_MAX_FEATURE_WIDTH = 512  # a site's cap when its policy names none: feature values per image (the jobs
-# send 128; a 32 x 32 image would need 1024)
 MLA_EVALUATE_META = EVALUATE_META | {"attention_weights", "attention_sites"}
 
 

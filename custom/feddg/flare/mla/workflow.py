@@ -49,12 +49,12 @@ from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.model import ModelLearnableKey
 from nvflare.app_common.app_constant import AppConstants, DefaultCheckpointFileName
 
-from feddg.config import FedDGConfig, mla_feature_width
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.controller import stream_rows
 from feddg.flare.mla.bundle import bundle_to_payload, load_bundle, save_bundle
 from feddg.flare.mla.executor import MLA_MODEL_NAME
 from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, LocalModelStore, OPT_IN_HINT
+from feddg.flare.mla.settings import mla_feature_width
 from feddg.flare.mla.payloads import (
     MLATask,
     attention_weight_split,
@@ -68,7 +68,7 @@ from feddg.jsonfile import read_json
 from feddg.methods.mla.attention import train_domain_attention
 from feddg.methods.mla.encoders import build_feature_encoder, global_model_encoder
 from feddg.nets.unet import build_model
-from feddg.report import compare_models, evaluation_rows, format_table, write_report
+from feddg.report import REPORT_FILE, compare_models, evaluation_rows, format_table, write_report
 
 BUNDLE_DIR = "mla_bundle"
 
@@ -93,7 +93,7 @@ class MLAWorkflow(ServerPhase):
         evaluate_task_name: str = MLATask.MLA_EVALUATE,
         persistor_id: str = AppConstants.DEFAULT_PERSISTOR_ID,
         bundle_dir: str = BUNDLE_DIR,
-        report_file: str = "feddg_report.json",
+        report_file: str = REPORT_FILE,
     ):
         super().__init__(config_file)
         self.features_task_name = features_task_name

@@ -4,4 +4,7 @@ from __future__ import annotations
 
 from feddg.flare.method_spec import Component, MethodPart
 
-PART = MethodPart(aggregator=Component("feddg.flare.uniform.aggregator.UniformAggregator"))
+PART = MethodPart(
+    name="uniform",
+    aggregator=Component("feddg.flare.uniform.aggregator.UniformAggregator"),
+)

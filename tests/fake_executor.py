@@ -1,0 +1,40 @@
+"""A sweep executor that runs nothing: each cell "ends" at once with the status given, an ``ok`` one with a report
+(per-case scores optional) in a server folder, so that the sweep's own record path writes every ``run.json``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import ClassVar
+
+from feddg.benchmark.executors.base import Cell, CellExecutor, OnDone, Outcome, Report
+
+
+def scored_report(held_out: str, scores: Sequence[float]) -> dict:
+    """A fundus report whose held-out site has one case per score (disc and cup Dice both the score)."""
+    cases = {str(i): {"disc": {"dice": s}, "cup": {"dice": s}} for i, s in enumerate(scores)}
+    test = {"disc": {"dice": {"mean": 0.7}}, "cup": {"dice": {"mean": 0.7}}, "cases": cases}
+    return {"models": {"final": {"sites": {held_out: {"splits": {"test": test}}}}}}
+
+
+class FakeExecutor(CellExecutor):
+    """Records the run ids it was given in ``ran`` (with the results folder's name when ``with_folder``)."""
+
+    name: ClassVar[str] = "fake"
+
+    def __init__(self, ran: list, status: str = "ok", scores: Sequence[float] | None = None,
+                 with_folder: bool = False, error: Exception | None = None) -> None:
+        self.ran, self.status, self.scores, self.with_folder, self.error = ran, status, scores, with_folder, error
+
+    def run_cells(self, cells: Sequence[Cell], on_done: OnDone, report: Report = print) -> None:
+        for cell in cells:
+            if self.error is not None:
+                raise self.error
+            self.ran.append((cell.run_id, cell.folder.parents[1].name) if self.with_folder else cell.run_id)
+            server = cell.folder / "server"
+            server.mkdir()
+            report_json = scored_report(cell.run.held_out, self.scores) if self.scores else {"models": {}}
+            (server / "feddg_report.json").write_text(json.dumps(report_json))
+            cell.log.write_text("")
+            on_done(cell, Outcome(self.status, "" if self.status == "ok" else "it said so", 0, 1.0, server,
+                                  cell.log, {"executor": self.name}, scratch=server))
