@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
 import sys
 
 import pytest
 
 from feddg.jobs import write_job
 from tests.conftest import tiny_experiment
-from tests.processes import processes_naming
+from tests.processes import processes_naming, run_bounded
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 900
@@ -26,15 +23,10 @@ def test_poc_rehearsal_runs_a_job_across_the_hospitals(tmp_path, synthetic_root)
     job = write_job(tmp_path / "jobs", "prostate_fedavg",
                     tiny_experiment("prostate", root=str(synthetic_root["prostate"]), rounds=1))
     ws = tmp_path / "poc"
-    proc = subprocess.Popen([sys.executable, "-m", "feddg.cli", "poc", str(job), "--workspace", str(ws), "--timeout", "600"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"rehearsal exceeded {TIMEOUT_S} s:\n{out[-5000:]}")
-    assert proc.returncode == 0, out[-5000:]
+    result = run_bounded([sys.executable, "-m", "feddg.cli", "poc", str(job), "--workspace", str(ws), "--timeout",
+                          "600"], TIMEOUT_S)
+    out = result.stdout
+    assert result.returncode == 0, out[-5000:]
     assert "lead@bidmc.hospital.example.org submits prostate_fedavg" in out
     assert "prostate_fedavg in the POC, unseen site RUNMC" in out
     report = json.loads(next((ws / "results").rglob("feddg_report.json")).read_text())

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from feddg.compute import CONCURRENT_RUNS_ENV
-from feddg.flare.constants import SIMULATOR_JOB
+from feddg.flare.constants import PROGRESS_FILE, SIMULATOR_JOB
 from feddg.jsonfile import read_json
 
 SERVER_RUN = Path("server") / SIMULATOR_JOB  # the server's run folder in a simulator workspace
-PROGRESS_FILE = "feddg_progress.json"
 POLL_S = 0.5  # how often a waiting caller looks at its runs (their end, rounds, a signal, their time)
 KILL_WAIT_S = 20.0  # how long a stopped run's processes may take to be gone
 STOP_GRACE_S = 1.0  # on a stop signal, how long a run may take to end by itself (one writing its last files)

@@ -49,8 +49,9 @@ def register(method: Method) -> Method:
     check for a task; the message names both parts."""
     if method.name in _METHODS:
         raise ValueError(f"a method named {method.name!r} is registered already")
+    registered = _parts()
     claims: dict[tuple[str, str], MethodPart] = {}
-    for part in _parts() + [p for p in method.parts if all(p is not q for q in _parts())]:
+    for part in registered + [p for p in method.parts if all(p is not q for q in registered)]:
         for claim in _claims(part):
             other = claims.setdefault(claim, part)
             if other is not part:
