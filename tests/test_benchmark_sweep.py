@@ -207,9 +207,9 @@ def test_the_plan_prints_its_machine_time_and_a_dry_run_runs_nothing(tmp_path, m
                        ["Domain1", "Domain2"], [0, 1, 2], dry_run=True, report=lines.append)
     assert ran == [] and not (tmp_path / "new").exists()
     # 12 runs x 30 rounds x 2 s = 720 s = 0.2 h
-    assert lines == ["12 runs, 0 done before, 12 to run: about 0.2 machine-hours at 60 s per run (the pilot's "
+    assert lines == ["12 runs, 0 done before, 12 to run: about 0.2 run-hours at 60 s per run (the pilot's "
                      "2.0 s per FedAvg round on a 2-core CPU x 30 rounds; methods with heavier local training take "
-                     "longer)"]
+                     "longer; runs made at once share the wall time)"]
 
 
 # -- the tables with seeds as the unit -----------------------------------------------------------------------------
@@ -297,13 +297,33 @@ def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
     (tmp_path / "sweep.json").write_text(json.dumps({"task": "prostate", "overrides": {}, "simulator_args": []}))
     write_results(tmp_path, ["fedavg", "uniform", "ga"], ["BMC", "HK"], n_resamples=200)
     text = (tmp_path / "results.md").read_text()
-    # 18 runs of 60 s: 0.3 machine-hours, 60 runs per hour
-    assert "code abc123 (18 runs)); 0.3 machine-hours, 60.0 runs per hour" in text
+    # 18 runs of 60 s, one at a time (nothing recorded says otherwise): 0.3 hours, 60 runs per hour
+    assert ("code abc123 (18 runs)); 0.3 hours of wall time (runs at once counted once; 0.3 run-hours), "
+            "60.0 runs per hour") in text
     assert "cannot be compared with the papers' numbers" in text
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["machine_time"]["runs_by_executor"] == {"unrecorded": 18}, "runs made before executors were kept"
     assert saved["machine_time"]["runs"] == 18 and set(saved["comparisons"]) == {"fedavg", "uniform"}
     assert saved["comparisons"]["fedavg"]["ga"]["verdict"].startswith("**ga** vs fedavg")
+
+
+def test_machine_time_counts_runs_made_at_once_once():
+    from feddg.benchmark.results import machine_time
+
+    def run(wall, ended_at=None, parallel=None):
+        record = {"wall_s": wall, "executor": {"executor": "local", "parallel": parallel}}
+        return record if ended_at is None else {**record, "ended_at": ended_at}
+
+    # two at once from t=0 (100 s and 60 s), a third 50 s after a gap of 40 s: busy 100 + 50 = 150 s
+    spent = machine_time([run(100, 100), run(60, 60), run(50, 190)])
+    assert spent["wall_hours"] == pytest.approx(150 / 3600) and spent["run_hours"] == pytest.approx(210 / 3600)
+    assert spent["runs_per_hour"] == pytest.approx(3 * 3600 / 150)
+    # one run inside another adds nothing
+    assert machine_time([run(100, 100), run(10, 50)])["wall_hours"] == pytest.approx(100 / 3600)
+    # runs recorded before ended_at was kept: their share of the machine (2 at once: half each)
+    legacy = machine_time([run(180, parallel=2), run(180, parallel=2), run(60)])
+    assert legacy["wall_hours"] == pytest.approx(240 / 3600) and legacy["run_hours"] == pytest.approx(420 / 3600)
+    assert legacy["runs_by_executor"] == {"local": 3}
 
 
 @pytest.mark.parametrize("args, message", [
@@ -349,7 +369,7 @@ def test_a_dry_run_prints_the_plan_of_the_default_protocol_and_writes_nothing(tm
     out = tmp_path / "out"
     assert main(["benchmark", "--task", "fundus", "--methods", "fedavg,uniform", "--out", str(out), "--dry-run"]) == 0
     hours = 2 * 4 * 5 * SWEEP_ROUNDS["fundus"] * PILOT_SECONDS_PER_ROUND["fundus"] / 3600
-    assert f"40 runs, 0 done before, 40 to run: about {hours:.1f} machine-hours" in capsys.readouterr().out
+    assert f"40 runs, 0 done before, 40 to run: about {hours:.1f} run-hours" in capsys.readouterr().out
     assert not out.exists()
 
 

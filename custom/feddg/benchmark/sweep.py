@@ -198,15 +198,17 @@ def _run_cells(protocol: Protocol, cells: Sequence[Cell], executor: CellExecutor
 
 
 def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, outcome: Outcome) -> dict[str, Any]:
-    """The run's record: its cell, status, wall time, log, config, simulator flags, code and where it ran
-    (``executor``: the executor's ``Outcome.where``); a run that ended by itself is ``ok`` only with exit code 0
+    """The run's record: its cell, status, wall time, when it was recorded (``ended_at``, UTC epoch seconds: with the
+    wall time it places the run in time, so runs made at once count once in the machine time), log, config,
+    simulator flags, code and where it ran (``executor``: the executor's ``Outcome.where``); a run that ended by itself is ``ok`` only with exit code 0
     (when it has one) and a report, which the record then holds with the files the tables need (the executor's
     scratch, e.g. the simulator workspace with its models, is removed; so is an interrupted run's)."""
     from feddg.report import code_fingerprint
 
     status, reason, returncode = outcome.status, outcome.reason, outcome.returncode
     record: dict[str, Any] = {"run": run.__dict__, "run_id": run.run_id, "status": status,
-                              "wall_s": round(outcome.wall_s, 1), "log": str(outcome.log), "config": exp,
+                              "wall_s": round(outcome.wall_s, 1), "ended_at": round(time.time(), 1),
+                              "log": str(outcome.log), "config": exp,
                               "simulator_args": list(protocol.simulator_args), "code": code_fingerprint(),
                               "executor": outcome.where}
     server = outcome.server_dir
@@ -363,7 +365,8 @@ def _report_plan(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict],
                  report: Callable[[str], None]) -> None:
     per_run, source = estimate(protocol, done, todo)
     report(f"{len(runs)} runs, {len(runs) - len(todo)} done before, {len(todo)} to run: about "
-           f"{per_run * len(todo) / 3600:.1f} machine-hours at {per_run:.0f} s per run ({source})")
+           f"{per_run * len(todo) / 3600:.1f} run-hours at {per_run:.0f} s per run ({source}; runs made at once "
+           f"share the wall time)")
 
 
 def _run_all(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], cells: Sequence[Cell],
