@@ -74,7 +74,8 @@ def test_the_committed_benchmark_page_quotes_the_committed_result_sets():
     page = PAGE.read_text()
     folders = [line.split("results: ", 1)[1].split(" -->")[0] for line in page.splitlines()
                if line.startswith("<!-- results: ")]
-    assert "benchmarks/results/loso_prostate" in folders
+    assert "benchmarks/results/loso_fundus_seeds" in folders
+    assert not [f for f in folders if "/archive/" in f], "superseded result sets are not quoted"
     assert main([str(PAGE), *folders, "--root", str(ROOT), "--check"]) == 0
 
 
@@ -89,7 +90,11 @@ def test_a_verdicts_block_quotes_only_the_generated_sentences(tmp_path):
                                   "<!-- /results -->\ntail\n")
 
 
-def test_the_front_page_headline_is_generated_from_the_committed_prostate_result_set():
+def test_the_front_page_headline_is_generated_from_a_committed_seeded_result_set():
     readme = (ROOT / "README.md").read_text()
-    assert "<!-- verdicts: benchmarks/results/loso_prostate -->\n- **" in readme
-    assert main([str(ROOT / "README.md"), "benchmarks/results/loso_prostate", "--root", str(ROOT), "--check"]) == 0
+    folders = [line.split("verdicts: ", 1)[1].split(" -->")[0] for line in readme.splitlines()
+               if line.startswith("<!-- verdicts: ")]
+    assert folders and not [f for f in folders if "/archive/" in f]
+    for folder in folders:
+        assert f"<!-- verdicts: {folder} -->\n- **" in readme
+        assert main([str(ROOT / "README.md"), folder, "--root", str(ROOT), "--check"]) == 0
