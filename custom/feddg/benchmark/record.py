@@ -30,6 +30,8 @@ LOCK_FILE = ".sweep.lock"
 INTERRUPTED = "interrupted"  # the status of a run a signal stopped: not a result, run again on resume
 ASIDE_DIR = "aside"  # where --move-aside-mismatched puts runs that are not of the folder's protocol
 PROTOCOL_KEYS = {"task": str, "overrides": dict, "simulator_args": list}
+DESIGN_KEYS = ("methods", "held_out", "seeds")  # sweep.json "design": every cell a sweep of the folder asked for
+KEPT_KEYS = ("code_evidence", "design")  # what a rewritten sweep.json keeps of the old one
 
 Report = Callable[[str], None]
 
@@ -84,7 +86,7 @@ def prepare_folder(out: Path, protocol: Protocol, report: Report = print, write:
     if not write or (recorded is not None and not rebuilt):
         return
     Path(out).mkdir(parents=True, exist_ok=True)
-    kept = {k: v for k, v in read_json(path).items() if k == "code_evidence"}
+    kept = {k: v for k, v in read_json(path).items() if k in KEPT_KEYS}
     if recorded is None:
         if path.exists():
             report(f"note: {path} is damaged and the folder holds no run: written for this sweep")
@@ -92,6 +94,28 @@ def prepare_folder(out: Path, protocol: Protocol, report: Report = print, write:
         return
     report(f"note: {path} {rebuilt}")
     write_json(path, {**recorded, "rebuilt_from_runs": _utc_now(), **kept}, indent=2)
+
+
+def record_design(out: Path, methods: list[str], held_out: list[str], seeds: list[int]) -> None:
+    """Add the cells a sweep asks for to ``sweep.json``'s ``design`` (the union over the folder's sweeps, in the
+    order first asked): the tables show every designed cell, those not run yet as "not run", and give a method an
+    average only when every designed held-out site has it."""
+    path = Path(out) / SWEEP_FILE
+    recorded = read_json(path)
+    design = recorded.get("design") if isinstance(recorded.get("design"), dict) else {}
+    merged = {}
+    for key, asked in zip(DESIGN_KEYS, (methods, held_out, seeds)):
+        before = [x for x in design.get(key, []) if isinstance(x, (str, int))]
+        merged[key] = before + [x for x in asked if x not in before]
+    if merged != design:
+        write_json(path, {**recorded, "design": merged}, indent=2)
+
+
+def designed(out: Path) -> dict[str, list]:
+    """``sweep.json``'s ``design`` (empty lists for a folder made before it was kept)."""
+    design = read_json(Path(out) / SWEEP_FILE).get("design")
+    design = design if isinstance(design, dict) else {}
+    return {key: list(design.get(key) or []) for key in DESIGN_KEYS}
 
 
 # ------------------------------------------------------------------------------------------------------ the runs

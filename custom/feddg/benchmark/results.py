@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from feddg.benchmark.stats import ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, compare_seeds, holm
-from feddg.benchmark.record import INTERRUPTED, RUN_FILE, SWEEP_FILE, run_records
+from feddg.benchmark.record import INTERRUPTED, RUN_FILE, SWEEP_FILE, designed, run_records
 from feddg.flare.payloads import CASES
 from feddg.jsonfile import read_json, write_json
 from feddg.layouts import LAYOUTS
@@ -200,9 +200,12 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
 def verdict(method: str, entry: dict[str, Any], baseline: str, n_sites: int, family: int = 1) -> str:
     """One sentence on what the evidence supports for ``method`` against ``baseline`` on the average column,
     generated from the comparison (the benchmark page docs/benchmark.md quotes these; no interpretation is typed)."""
-    if "average" not in entry:
-        return (f"**{method}** vs {baseline}: compared at {len(entry['sites'])} of {n_sites} held-out sites only; "
-                f"no average.")
+    if "average" not in entry:  # a folder made a part at a time: what each site run so far shows, unadjusted
+        sites = "; ".join(f"{site} {d.format()}" + (f", sign-flip p {d.p.format()} (not Holm-adjusted)"
+                                                    if d.p is not None else "")
+                          for site, d in entry["sites"].items())
+        return (f"**{method}** vs {baseline}: compared at {len(entry['sites'])} of {n_sites} held-out sites only, "
+                f"no average: {sites}.")
     average: SeedDifference = entry["average"]
     p = entry.get("holm_p")
     if not average.has_interval:
@@ -298,6 +301,8 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
         for comparison in stats:
             for method, entry in comparison["methods"].items():
                 lines.append(f"- {verdict(method, entry, comparison['baseline'], len(held_out), comparison['family'])}")
+        ran = {method for method, _ in table}
+        lines += [f"- **{method}**: not run yet." for method in methods if method not in ran]
         lines.append("")
     return "\n".join(lines)
 
@@ -433,6 +438,14 @@ def _how_to_read(protocol: dict[str, Any]) -> str:
             f"mean they are equal. {data}")
 
 
+def _of_design(design: dict[str, list]) -> str:
+    """``, of the design's 160 (8 methods x 4 held-out sites x 5 seeds)``; empty for a folder without a design."""
+    sizes = [len(design[key]) for key in ("methods", "held_out", "seeds")]
+    if not all(sizes):
+        return ""
+    return f", of the design's {math.prod(sizes)} ({sizes[0]} methods x {sizes[1]} held-out sites x {sizes[2]} seeds)"
+
+
 def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[str], n_resamples: int = 9999) -> dict:
     """Write results.csv, results.md, results.json and plots/ from every run in ``out`` (a sweep that adds methods,
     sites or seeds to a folder, or resumes part of it, keeps the runs made before in the tables); rows follow
@@ -442,15 +455,17 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
 
     out = Path(out)
     records = load_records(out)
-    methods = _in_order({r["run"]["method"] for r in records}, method_order)
-    held_out = _in_order({r["run"]["held_out"] for r in records}, site_order)
-    stats = [comparisons(records, b, held_out, n_resamples) for b in BASELINES if b in methods]
+    design = designed(out)  # the cells the folder's sweeps asked for: those not run yet show as not run
+    ran = {r["run"]["method"] for r in records}
+    methods = _in_order(ran | set(design["methods"]), method_order)
+    held_out = _in_order({r["run"]["held_out"] for r in records} | set(design["held_out"]), site_order)
+    stats = [comparisons(records, b, held_out, n_resamples) for b in BASELINES if b in ran]
     write_csv(out / "results.csv", tidy_rows(records))
     protocol = read_json(out / SWEEP_FILE)
     spent = machine_time(records)
     header = [f"# Leave-one-site-out benchmark: {protocol.get('task', '?')}", "",
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
-              f"{sum(r['status'] == 'ok' for r in records)} of {len(records)} runs finished "
+              f"{sum(r['status'] == 'ok' for r in records)} of {len(records)} recorded runs finished{_of_design(design)} "
               f"({software_of_runs(records)}; code {code_of_runs(records)}); {spent['wall_hours']:.1f} hours of "
               f"wall time (runs at once counted once; {spent['run_hours']:.1f} run-hours), "
               f"{spent['runs_per_hour']:.1f} runs per hour (run by "

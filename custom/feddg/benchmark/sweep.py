@@ -41,7 +41,7 @@ from feddg.benchmark.executors.local import LocalExecutor
 from feddg.benchmark.protocol import (Protocol, Run, first_difference, owned_settings, run_experiment,
                                       run_overrides, seed_overrides)
 from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, folder_lock,
-                                    prepare_folder, run_records)
+                                    prepare_folder, record_design, run_records)
 from feddg.benchmark.signals import STOP_SIGNALS, Interrupted, handle_stop_signals
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, write_json
@@ -331,6 +331,7 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
         with folder_lock(out, report):
             prepare_folder(out, protocol, report)
             check_records(out, protocol, move_aside, report)
+            record_design(out, list(methods), list(held_out), list(seeds))
             folder = run_records(out)
             done, todo = _split(runs, folder, retry_failed)
             _report_plan(protocol, runs, done, todo, report)
