@@ -295,7 +295,7 @@ def test_sigint_stops_the_run_with_every_process_it_started_and_records_it_as_in
     with pytest.raises(Interrupted) as stopped:
         _sweep(tmp_path, Protocol("fundus", TINY))
     thread.join(5)
-    assert stopped.value.exit_code == 130 and stopped.value.stopped == "fundus_fedavg_Domain1_seed0"
+    assert stopped.value.exit_code == 130 and stopped.value.stopped == ("fundus_fedavg_Domain1_seed0",)
     assert str(stopped.value).startswith("interrupted by SIGINT: fundus_fedavg_Domain1_seed0 was stopped with every")
     simulator, worker = fake_simulator["pids"]
     assert not alive(simulator) and not alive(worker), "the worker in its own session is stopped too"
@@ -325,7 +325,7 @@ def test_a_run_that_finished_before_the_signal_keeps_its_record(tmp_path, fake_s
     fake_simulator["mode"] = "finish-then-signal"
     with pytest.raises(Interrupted) as stopped:
         _sweep(tmp_path, Protocol("fundus", TINY))
-    assert stopped.value.stopped is None and str(stopped.value) == (
+    assert stopped.value.stopped == () and str(stopped.value) == (
         "interrupted by SIGINT: no run was stopped; the finished runs keep their records")
     record = json.loads((tmp_path / "runs" / "fundus_fedavg_Domain1_seed0" / RUN_FILE).read_text())
     assert record["status"] == "ok" and record["report"] == {"models": {}}

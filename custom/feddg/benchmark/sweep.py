@@ -194,7 +194,7 @@ def _run_cells(protocol: Protocol, cells: Sequence[Cell], executor: CellExecutor
 
     with STOP_SIGNALS.deferred():  # from the first start to the last record: a signal stops the runs, then ends
         executor.run_cells(cells, on_done, report)
-        STOP_SIGNALS.raise_received(" and ".join(stopped) or None)
+        STOP_SIGNALS.raise_received(stopped)
 
 
 def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, outcome: Outcome) -> dict[str, Any]:
