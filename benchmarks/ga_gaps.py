@@ -1,0 +1,171 @@
+"""What GA's weights did in a result folder, run by run: how far they moved from uniform, whether the
+generalization gaps that move them keep their sign from one round to the next, and the held-out Dice against the
+uniform control of the same seed and held-out site.
+
+    python benchmarks/ga_gaps.py benchmarks/results/loso_fundus_seeds [--method ga] [--control uniform]
+
+Reads each finished run's report history (``aggregation``: ``ga_weights``, ``ga_gaps`` and ``ga_step``, which
+GA's aggregator writes every round, :mod:`feddg.flare.ga.aggregator`) and writes ``ga_gaps.md`` and
+``ga_gaps.json`` into the folder (``--out`` elsewhere). Per run:
+
+- departure: max_i |a_i - 1/K| of the round's weights, the mean over rounds and the last round's;
+- sign persistence: the share of (site, round) pairs whose centred gap G_i - mean_j G_j has the same sign in the
+  next round. GA's update (Eq. 3) moves a site's weight in the direction of that sign, so at 0.5 (coin flips) the
+  weights random-walk on the gaps' noise, at 1 they follow a steady signal;
+- the gaps' lag-1 correlation per site (mean over sites);
+- the held-out Dice (mean over structures) minus the control's of the same seed.
+
+Per held-out site: the means of these over seeds, and which site ended with the largest weight in how many seeds
+(one site in every seed: a signal; a different one in each: noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def weights_and_gaps(record: dict[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(sites, weights [rounds x sites], gaps [rounds x sites], NaN where a site sent none) of a run's history;
+    empty arrays for a run whose aggregator recorded no GA weights."""
+    rounds = [h["aggregation"] for h in record.get("report", {}).get("history", [])
+              if isinstance(h.get("aggregation"), dict) and h["aggregation"].get("ga_weights")]
+    if not rounds:
+        return [], np.zeros((0, 0)), np.zeros((0, 0))
+    sites = sorted(rounds[0]["ga_weights"])
+    weights = np.array([[r["ga_weights"].get(s, np.nan) for s in sites] for r in rounds], dtype=float)
+    gaps = np.array([[(r.get("ga_gaps") or {}).get(s, np.nan) for s in sites] for r in rounds], dtype=float)
+    return sites, weights, gaps
+
+
+def sign_persistence(gaps: np.ndarray) -> float | None:
+    """The share of (site, round) pairs whose centred gap keeps its sign in the next round, over the rounds where
+    every site has a gap (None with fewer than two such rounds in a row)."""
+    complete = gaps[~np.isnan(gaps).any(axis=1)]
+    if len(complete) < 2:
+        return None
+    signs = np.sign(complete - complete.mean(axis=1, keepdims=True))
+    return float(np.mean(signs[:-1] == signs[1:]))
+
+
+def lag1_correlation(gaps: np.ndarray) -> float | None:
+    """The mean over sites of the correlation of a site's gap with its gap in the next round."""
+    complete = gaps[~np.isnan(gaps).any(axis=1)]
+    if len(complete) < 3:
+        return None
+    values = [np.corrcoef(complete[:-1, i], complete[1:, i])[0, 1] for i in range(complete.shape[1])
+              if complete[:-1, i].std() > 0 and complete[1:, i].std() > 0]
+    return float(np.mean(values)) if values else None
+
+
+def departure(weights: np.ndarray) -> np.ndarray:
+    """max_i |a_i - 1/K| of each round's weights."""
+    return np.abs(weights - 1.0 / weights.shape[1]).max(axis=1)
+
+
+def diagnose(records: Sequence[dict[str, Any]], method: str, control: str) -> list[dict[str, Any]]:
+    """One row per finished run of ``method`` (held-out site, seed order)."""
+    from feddg.benchmark.results import seed_dice
+
+    dice = seed_dice(records)
+    rows = []
+    for record in sorted(records, key=lambda r: (r["run"]["held_out"], int(r["run"]["seed"]))):
+        if record["run"]["method"] != method or record.get("status") != "ok":
+            continue
+        sites, weights, gaps = weights_and_gaps(record)
+        if not sites:
+            continue
+        site, seed = record["run"]["held_out"], int(record["run"]["seed"])
+        mine, theirs = dice.get((method, site), {}).get(seed), dice.get((control, site), {}).get(seed)
+        moved = departure(weights)
+        rows.append({"held_out": site, "seed": seed, "rounds": len(weights),
+                     "final_weights": dict(zip(sites, np.round(weights[-1], 4).tolist())),
+                     "mean_departure": float(moved.mean()), "final_departure": float(moved[-1]),
+                     "sign_persistence": sign_persistence(gaps), "lag1_correlation": lag1_correlation(gaps),
+                     "dice_minus_control": None if mine is None or theirs is None else mine - theirs})
+    return rows
+
+
+def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per held-out site: seeds, the mean of each diagnostic, and how often each site ended with the most weight."""
+    out = []
+    for site in sorted({r["held_out"] for r in rows}):
+        mine = [r for r in rows if r["held_out"] == site]
+
+        def mean(key: str) -> float | None:
+            values = [r[key] for r in mine if r[key] is not None]
+            return float(np.mean(values)) if values else None
+
+        heaviest = Counter(max(r["final_weights"], key=r["final_weights"].get) for r in mine)
+        out.append({"held_out": site, "seeds": len(mine), "mean_departure": mean("mean_departure"),
+                    "sign_persistence": mean("sign_persistence"), "lag1_correlation": mean("lag1_correlation"),
+                    "dice_minus_control": mean("dice_minus_control"),
+                    "heaviest": dict(heaviest.most_common())})
+    return out
+
+
+def _f(value: float | None, signed: bool = False) -> str:
+    return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
+
+
+def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], command: str, method: str,
+             control: str) -> str:
+    lines = [f"# What {method}'s weights did", "", f"`{command}` (generated from the folder's run.json files).", "",
+             "Departure: max_i |a_i - 1/K| (mean over rounds, last round). Sign persistence: the share of (site, "
+             "round) pairs whose centred gap keeps its sign in the next round (0.5: coin flips; GA then moves the "
+             f"weights on noise). Dice - {control}: held-out Dice minus the {control} run of the same seed.", "",
+             "## Per held-out site (means over seeds)", "",
+             f"| held-out | seeds | mean departure | sign persistence | gap lag-1 corr. | Dice - {control} | "
+             "largest final weight (seeds) |", "|---|---|---|---|---|---|---|"]
+    for s in summary:
+        heaviest = ", ".join(f"{site} {n}" for site, n in s["heaviest"].items())
+        lines.append(f"| {s['held_out']} | {s['seeds']} | {_f(s['mean_departure'])} | {_f(s['sign_persistence'])} | "
+                     f"{_f(s['lag1_correlation'])} | {_f(s['dice_minus_control'], True)} | {heaviest} |")
+    lines += ["", "## Per run", "",
+              f"| held-out | seed | rounds | final weights | mean departure | last departure | sign persistence | "
+              f"gap lag-1 corr. | Dice - {control} |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        weights = ", ".join(f"{site} {w:.2f}" for site, w in r["final_weights"].items())
+        lines.append(f"| {r['held_out']} | {r['seed']} | {r['rounds']} | {weights} | {_f(r['mean_departure'])} | "
+                     f"{_f(r['final_departure'])} | {_f(r['sign_persistence'])} | {_f(r['lag1_correlation'])} | "
+                     f"{_f(r['dice_minus_control'], True)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", type=Path, help="a feddg benchmark results folder")
+    parser.add_argument("--method", default="ga", help="a method whose aggregator records GA weights (default: ga)")
+    parser.add_argument("--control", default="uniform", help="the method of the Dice difference (default: uniform)")
+    parser.add_argument("--out", type=Path, help="where to write ga_gaps.md/.json (default: the folder)")
+    args = parser.parse_args(argv)
+    from feddg.benchmark.results import load_records
+
+    if not (args.folder / "sweep.json").is_file():
+        print(f"{args.folder}: not a benchmark results folder (no sweep.json)", file=sys.stderr)
+        return 2
+    rows = diagnose(load_records(args.folder), args.method, args.control)
+    if not rows:
+        print(f"{args.folder}: no finished {args.method} run with GA weights in its history", file=sys.stderr)
+        return 1
+    summary = summarise(rows)
+    command = "python benchmarks/ga_gaps.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    out = args.out or args.folder
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(rows, summary, command, args.method, args.control)
+    (out / "ga_gaps.md").write_text(text)
+    (out / "ga_gaps.json").write_text(json.dumps({"command": command, "summary": summary, "runs": rows}, indent=1))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""benchmarks/ga_gaps.py: its diagnostics on hand-worked histories, and a run on the committed fundus result set."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.ga_gaps import departure, diagnose, lag1_correlation, main, sign_persistence, weights_and_gaps
+
+ROOT = Path(__file__).resolve().parents[1]
+FUNDUS = ROOT / "benchmarks" / "results" / "loso_fundus_seeds"
+
+
+def test_sign_persistence_counts_centred_gaps_that_keep_their_sign():
+    steady = np.array([[1.0, 0.0, 0.0]] * 3)
+    assert sign_persistence(steady) == 1.0
+    # centred: [+2/3, -1/3, -1/3] then [-1/3, -1/3, +2/3]: only the second site keeps its sign
+    assert sign_persistence(np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])) == pytest.approx(1 / 3)
+    # round 0 has no gaps (NaN): left out; one complete round is not enough
+    assert sign_persistence(np.array([[np.nan] * 3, [1.0, 0.0, 0.0]])) is None
+
+
+def test_departure_and_lag1_correlation():
+    weights = np.array([[1 / 3, 1 / 3, 1 / 3], [0.5, 0.25, 0.25]])
+    assert departure(weights) == pytest.approx([0.0, 1 / 6])
+    rising = np.array([[0.0, 1.0], [1.0, 3.0], [2.0, 5.0], [3.0, 7.0]])
+    assert lag1_correlation(rising) == pytest.approx(1.0)
+    assert lag1_correlation(rising[:2]) is None
+
+
+def test_weights_and_gaps_read_the_aggregators_history():
+    record = {"report": {"history": [
+        {"aggregation": {"ga_weights": {"B": 0.5, "A": 0.5}, "ga_gaps": {}, "ga_step": 0.05}},
+        {"aggregation": {"ga_weights": {"A": 0.6, "B": 0.4}, "ga_gaps": {"A": 0.2, "B": 0.1}, "ga_step": 0.04}},
+        {"aggregation": None}]}}
+    sites, weights, gaps = weights_and_gaps(record)
+    assert sites == ["A", "B"] and weights.tolist() == [[0.5, 0.5], [0.6, 0.4]]
+    assert math.isnan(gaps[0, 0]) and gaps[1].tolist() == [0.2, 0.1]
+    assert weights_and_gaps({"report": {"history": [{"aggregation": {"nr_aggregated": 3}}]}})[0] == []
+
+
+def test_on_the_committed_fundus_set(tmp_path):
+    from feddg.benchmark.results import load_records, seed_dice
+
+    records = load_records(FUNDUS)
+    rows = diagnose(records, "ga", "uniform")
+    ga_runs = [r for r in records if r["run"]["method"] == "ga" and r["status"] == "ok"]
+    assert len(rows) == len(ga_runs) >= 5
+    dice = seed_dice(records)
+    first = rows[0]
+    expected = (dice[("ga", first["held_out"])][first["seed"]] - dice[("uniform", first["held_out"])][first["seed"]])
+    assert first["dice_minus_control"] == pytest.approx(expected)
+    assert sum(first["final_weights"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert main([str(FUNDUS), "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "ga_gaps.json").read_text())
+    assert len(saved["runs"]) == len(rows) and (tmp_path / "ga_gaps.md").read_text().startswith("# What ga's")
+    assert main([str(tmp_path), "--out", str(tmp_path / "x")]) == 2  # not a results folder
+
+
+def test_every_benchmark_script_is_run_or_imported_by_a_test():
+    """A benchmark script nobody runs breaks unseen: each ``benchmarks/<name>.py`` is named by some test, as a
+    script (``"<name>.py"``) or a module (``benchmarks.<name>``)."""
+    tests = "\n".join(p.read_text() for p in sorted((ROOT / "tests").rglob("test_*.py")))
+    scripts = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem != "__init__")
+    untested = [s for s in scripts if f"{s}.py" not in tests and f"benchmarks.{s}" not in tests]
+    assert scripts and not untested, f"benchmark scripts no test runs: {untested}"
