@@ -200,9 +200,10 @@ def _run_cells(protocol: Protocol, cells: Sequence[Cell], executor: CellExecutor
 def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, outcome: Outcome) -> dict[str, Any]:
     """The run's record: its cell, status, wall time, when it was recorded (``ended_at``, UTC epoch seconds: with the
     wall time it places the run in time, so runs made at once count once in the machine time), log, config,
-    simulator flags, code and where it ran (``executor``: the executor's ``Outcome.where``); a run that ended by itself is ``ok`` only with exit code 0
-    (when it has one) and a report, which the record then holds with the files the tables need (the executor's
-    scratch, e.g. the simulator workspace with its models, is removed; so is an interrupted run's)."""
+    simulator flags, code and where it ran (``executor``: the executor's ``Outcome.where``); a run that ended by
+    itself is ``ok`` only with exit code 0 (when it has one) and a report, which the record then holds with the
+    files the tables need (the executor's scratch, e.g. the simulator workspace with its models, is removed; so is
+    an interrupted run's)."""
     from feddg.report import code_fingerprint
 
     status, reason, returncode = outcome.status, outcome.reason, outcome.returncode
@@ -331,7 +332,6 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
         with folder_lock(out, report):
             prepare_folder(out, protocol, report)
             check_records(out, protocol, move_aside, report)
-            record_design(out, list(methods), list(held_out), list(seeds))
             folder = run_records(out)
             done, todo = _split(runs, folder, retry_failed)
             _report_plan(protocol, runs, done, todo, report)
@@ -340,6 +340,7 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
                 if cells:
                     executor.check(cells)  # refused in one line before any run, the reproduce check's included
                     check_code(out, folder, protocol, timeout, reproduce_check, report, executor)
+                record_design(out, methods, held_out, seeds)  # accepted: a refused sweep leaves it as it was
                 _run_all(protocol, runs, done, cells, executor, report, after_run)
             finally:  # a cell that was never run leaves no folder (one that ran has its run.json)
                 for cell in cells:
