@@ -280,8 +280,43 @@ def test_a_method_run_at_some_held_out_sites_only_has_no_average():
     records = [r for r in _design({"ga": 0.05}) if not (r["run"]["method"] == "ga" and r["run"]["held_out"] == "HK")]
     stats = comparisons(records, "fedavg", ["BMC", "HK"], n_resamples=500)
     assert "average" not in stats["methods"]["ga"]
-    assert verdict("ga", stats["methods"]["ga"], "fedavg", 2) == \
-        "**ga** vs fedavg: compared at 1 of 2 held-out sites only; no average."
+    bmc = stats["methods"]["ga"]["sites"]["BMC"]
+    assert verdict("ga", stats["methods"]["ga"], "fedavg", 2) == (
+        f"**ga** vs fedavg: compared at 1 of 2 held-out sites only, no average: BMC {bmc.format()}, sign-flip p "
+        f"{bmc.p.format()} (not Holm-adjusted).")
+    assert bmc.mean == pytest.approx(0.05, abs=0.005) and bmc.p.value == pytest.approx(0.25)  # 3 seeds, all > 0: 2/8
+
+
+def test_the_tables_show_every_designed_cell_and_average_only_a_complete_row(tmp_path):
+    """A folder made a part at a time: the design (every cell its sweeps asked for) fixes rows and columns; a cell
+    not run yet says so, a method without every designed site has no average, a method never run says so, and the
+    header counts the finished runs against the design."""
+    import json
+
+    from feddg.benchmark.record import designed, record_design
+    from feddg.benchmark.results import write_results
+
+    for record in _design({"ga": 0.05}, sites=("BMC",)):
+        folder = tmp_path / "runs" / record["run_id"]
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text(json.dumps(record))
+    (tmp_path / "sweep.json").write_text(json.dumps({"task": "prostate", "overrides": {}, "simulator_args": []}))
+    assert designed(tmp_path) == {}
+    record_design(tmp_path, ["fedavg", "uniform", "ga"], ["HK"], [0, 1, 2])  # the runs made before count too
+    record_design(tmp_path, ["elcfs"], ["HK"], [0, 1, 2])
+    assert designed(tmp_path) == {m: {"BMC": [0, 1, 2], "HK": [0, 1, 2]} for m in ("fedavg", "uniform", "ga")} | {
+        "elcfs": {"HK": [0, 1, 2]}}
+    assert json.loads((tmp_path / "sweep.json").read_text())["task"] == "prostate", "the protocol is kept"
+    write_results(tmp_path, ["fedavg", "uniform", "ga", "elcfs"], ["BMC", "HK"], n_resamples=200)
+    text = (tmp_path / "results.md").read_text()
+    assert "9 of 9 recorded runs finished; 9 of the 21 runs the folder's sweeps asked for (" in text
+    dice = text.split("### Dice, prostate", 1)[1].split("###", 1)[0]
+    assert "| method | BMC | HK | average |" in dice
+    assert "| elcfs | not run | not run | - |" in dice
+    fedavg_row = next(line for line in dice.splitlines() if line.startswith("| fedavg |"))
+    assert fedavg_row.endswith("| not run | - |"), "no average over the sites run so far"
+    assert "- **elcfs**: not run yet." in text
+    assert "**ga** vs fedavg: compared at 1 of 2 held-out sites only, no average: BMC +0.0" in text
 
 
 def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
@@ -305,6 +340,18 @@ def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
     assert saved["machine_time"]["runs_by_executor"] == {"unrecorded": 18}, "runs made before executors were kept"
     assert saved["machine_time"]["runs"] == 18 and set(saved["comparisons"]) == {"fedavg", "uniform"}
     assert saved["comparisons"]["fedavg"]["ga"]["verdict"].startswith("**ga** vs fedavg")
+
+
+def test_pooled_seed_sd_is_the_root_of_the_mean_cell_variance():
+    from feddg.benchmark.results import pooled_seed_sd
+
+    records = []
+    for site, values in {"BMC": [0.5, 0.6, 0.7], "HK": [0.4, 0.4]}.items():  # variances 0.01 and 0
+        for seed, value in enumerate(values):
+            records.append(_prostate_record("fedavg", site, seed, [value] * 4))
+    records.append(_prostate_record("ga", "BMC", 0, [0.9] * 4))  # one seed: not a spread
+    assert pooled_seed_sd(records) == {"sd": pytest.approx(0.005 ** 0.5), "cells": 2, "runs": 5}
+    assert pooled_seed_sd(records[-1:]) is None
 
 
 def test_machine_time_counts_runs_made_at_once_once():

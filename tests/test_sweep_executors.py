@@ -207,7 +207,9 @@ def test_a_stop_signal_stops_every_run_at_once_and_records_each_as_interrupted(t
             sweep_module.sweep(out, Protocol("fundus", TINY), ["fedavg"], ["Domain1"], [0, 1, 2],
                                report=lambda _: None, executor=LocalExecutor(parallel=2, gpus=[], cores=2))
         thread.join(5)
-        assert stopped.value.stopped == "fundus_fedavg_Domain1_seed0 and fundus_fedavg_Domain1_seed1"
+        assert stopped.value.stopped == ("fundus_fedavg_Domain1_seed0", "fundus_fedavg_Domain1_seed1")
+        assert "fundus_fedavg_Domain1_seed0 and fundus_fedavg_Domain1_seed1 were stopped with every process they " \
+               "started and recorded as interrupted (the same command runs them again)" in str(stopped.value)
         assert pids and not any(alive(pid) for pid in pids)
         for k in (0, 1):
             record = json.loads((out / "runs" / f"fundus_fedavg_Domain1_seed{k}" / "run.json").read_text())

@@ -86,6 +86,33 @@ def test_a_damaged_sweep_json_is_rebuilt_keeping_its_code_evidence(tmp_path, ran
     assert rebuilt.get("code_evidence") == (evidence if damage == "no protocol" else None)
 
 
+def test_the_design_is_every_cell_an_accepted_sweep_asked_for(tmp_path, ran):
+    from feddg.benchmark.record import designed
+
+    _sweep(tmp_path, Protocol("fundus", TINY))
+    _sweep(tmp_path, Protocol("fundus", TINY), seeds=(2,), methods=("uniform",))
+    design = {"fedavg": {SITE: [0, 1]}, "uniform": {SITE: [2]}}
+    assert designed(tmp_path) == design, "the exact cells asked for, not the product of their unions"
+    with pytest.raises(ConfigError, match="holds another protocol"):
+        _sweep(tmp_path, Protocol("fundus", {**TINY, "train": {"rounds": 7, "local_epochs": 1}}), methods=("ga",))
+    records = {path: path.read_text() for path in sorted(tmp_path.glob(f"runs/*/{RUN_FILE}"))}
+    for path, text in records.items():  # made by other code: refused after the protocol and records are checked
+        path.write_text(json.dumps({**json.loads(text), "code": "other"}))
+    with pytest.raises(ConfigError, match="A results folder holds one code version"):
+        _sweep(tmp_path, Protocol("fundus", TINY), seeds=(3,))
+    assert designed(tmp_path) == design, "a refused sweep leaves the design as it was"
+    for path, text in records.items():
+        path.write_text(text)
+
+    path = tmp_path / SWEEP_FILE
+    path.write_text(json.dumps({"design": design}))  # the protocol lost, the design readable: kept on rebuild
+    _sweep(tmp_path, Protocol("fundus", TINY), seeds=(0,))
+    assert designed(tmp_path) == design
+    path.unlink()  # lost with the file: started again from the runs' cells
+    _sweep(tmp_path, Protocol("fundus", TINY), seeds=(4,), methods=("uniform",))
+    assert designed(tmp_path) == {"fedavg": {SITE: [0, 1]}, "uniform": {SITE: [2, 4]}}
+
+
 def _write_record(out: Path, protocol: Protocol, run: Run, **changes) -> None:
     record = {"run": run.__dict__, "run_id": run.run_id, "status": "ok", "wall_s": 1.0, "code": CODE,
               "config": run_experiment(protocol, run), "simulator_args": list(protocol.simulator_args), **changes}
@@ -295,7 +322,7 @@ def test_sigint_stops_the_run_with_every_process_it_started_and_records_it_as_in
     with pytest.raises(Interrupted) as stopped:
         _sweep(tmp_path, Protocol("fundus", TINY))
     thread.join(5)
-    assert stopped.value.exit_code == 130 and stopped.value.stopped == "fundus_fedavg_Domain1_seed0"
+    assert stopped.value.exit_code == 130 and stopped.value.stopped == ("fundus_fedavg_Domain1_seed0",)
     assert str(stopped.value).startswith("interrupted by SIGINT: fundus_fedavg_Domain1_seed0 was stopped with every")
     simulator, worker = fake_simulator["pids"]
     assert not alive(simulator) and not alive(worker), "the worker in its own session is stopped too"
@@ -325,7 +352,7 @@ def test_a_run_that_finished_before_the_signal_keeps_its_record(tmp_path, fake_s
     fake_simulator["mode"] = "finish-then-signal"
     with pytest.raises(Interrupted) as stopped:
         _sweep(tmp_path, Protocol("fundus", TINY))
-    assert stopped.value.stopped is None and str(stopped.value) == (
+    assert stopped.value.stopped == () and str(stopped.value) == (
         "interrupted by SIGINT: no run was stopped; the finished runs keep their records")
     record = json.loads((tmp_path / "runs" / "fundus_fedavg_Domain1_seed0" / RUN_FILE).read_text())
     assert record["status"] == "ok" and record["report"] == {"models": {}}
@@ -369,3 +396,10 @@ def test_the_data_are_checked_and_the_training_size_is_said_when_the_images_are_
     lines.clear()
     _sweep(tmp_path, protocol, seeds=(0,), report=lines.append)  # nothing to run: no data check
     assert not any("data" in line for line in lines)
+
+
+def test_the_stop_message_names_every_stopped_run():
+    assert str(Interrupted(signal.SIGINT, ("a",))) == ("interrupted by SIGINT: a was stopped with every process it "
+                                                       "started and recorded as interrupted (the same command runs "
+                                                       "it again)")
+    assert "a, b and c were stopped with every process they started" in str(Interrupted(signal.SIGTERM, ("a", "b", "c")))

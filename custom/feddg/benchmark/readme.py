@@ -1,12 +1,12 @@
 """Quote a result set's Dice tables in the benchmark page (``docs/benchmark.md``), generated from its
 ``results.md``, never typed.
 
-    python -m feddg.benchmark.readme docs/benchmark.md benchmarks/results/loso_prostate [more result folders ...]
+    python -m feddg.benchmark.readme docs/benchmark.md benchmarks/results/loso_fundus_seeds [more result folders ...]
 
 (run in the clone's root: the folders are relative to ``--root``, by default the current directory). The page holds,
 for each quoted folder, a block between two markers::
 
-    <!-- results: benchmarks/results/loso_prostate -->
+    <!-- results: benchmarks/results/loso_fundus_seeds -->
     ...
     <!-- /results -->
 
@@ -14,7 +14,7 @@ and this rewrites the block with the folder's Dice sections (the Dice tables, ea
 the baselines with their intervals and the generated sentences on what the evidence supports; HD95 and ASD stay in
 ``results.md``), under the protocol line and the note on how to read them. A block opened by
 ``<!-- verdicts: FOLDER -->`` instead holds only the generated sentences: the front page's headline
-(``python -m feddg.benchmark.readme README.md benchmarks/results/loso_prostate``). ``--check`` rewrites nothing and
+(``python -m feddg.benchmark.readme README.md benchmarks/results/loso_fundus_seeds``). ``--check`` rewrites nothing and
 exits 1 when a block differs from what its folder gives (the test suite runs it on the committed page and README).
 """
 

@@ -1,6 +1,7 @@
 """A results folder's record of itself, checked rather than trusted.
 
-``OUT/sweep.json`` holds the protocol every run shares (and the code evidence of reproduce checks);
+``OUT/sweep.json`` holds the protocol every run shares, the design (every cell the folder's sweeps asked for,
+:func:`record_design`) and the code evidence of reproduce checks;
 ``OUT/runs/<run id>/run.json`` each run's outcome with its own config; ``OUT/.sweep.lock`` the sweep working on
 the folder. A sweep adds runs to a folder only when its protocol is the folder's (:func:`prepare_folder`) and every
 run in the folder is a run of that protocol (:func:`check_records`); a ``sweep.json`` that is missing or damaged is
@@ -10,12 +11,13 @@ works on a folder at a time (:func:`folder_lock`).
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import os
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ LOCK_FILE = ".sweep.lock"
 INTERRUPTED = "interrupted"  # the status of a run a signal stopped: not a result, run again on resume
 ASIDE_DIR = "aside"  # where --move-aside-mismatched puts runs that are not of the folder's protocol
 PROTOCOL_KEYS = {"task": str, "overrides": dict, "simulator_args": list}
+KEPT_KEYS = ("code_evidence", "design")  # what a rewritten sweep.json keeps of the old one
 
 Report = Callable[[str], None]
 
@@ -72,8 +75,8 @@ def recorded_protocol(out: Path) -> tuple[dict[str, Any] | None, str]:
 def prepare_folder(out: Path, protocol: Protocol, report: Report = print, write: bool = True) -> None:
     """Create ``out`` with this protocol's ``sweep.json``, or check that the folder holds the same protocol
     (ConfigError naming the first differing setting and both values). A ``sweep.json`` rebuilt from the runs is
-    written, with a note, only when this protocol is the same; its ``code_evidence`` is kept whenever it can be
-    read. ``write=False`` (a dry run) checks and writes nothing."""
+    written, with a note, only when this protocol is the same; its ``code_evidence`` and ``design`` are kept
+    whenever they can be read. ``write=False`` (a dry run) checks and writes nothing."""
     path = Path(out) / SWEEP_FILE
     recorded, rebuilt = recorded_protocol(out)
     if recorded is not None:
@@ -84,7 +87,7 @@ def prepare_folder(out: Path, protocol: Protocol, report: Report = print, write:
     if not write or (recorded is not None and not rebuilt):
         return
     Path(out).mkdir(parents=True, exist_ok=True)
-    kept = {k: v for k, v in read_json(path).items() if k == "code_evidence"}
+    kept = {k: v for k, v in read_json(path).items() if k in KEPT_KEYS}
     if recorded is None:
         if path.exists():
             report(f"note: {path} is damaged and the folder holds no run: written for this sweep")
@@ -92,6 +95,57 @@ def prepare_folder(out: Path, protocol: Protocol, report: Report = print, write:
         return
     report(f"note: {path} {rebuilt}")
     write_json(path, {**recorded, "rebuilt_from_runs": _utc_now(), **kept}, indent=2)
+
+
+Design = dict[str, dict[str, list[int]]]  # method -> held-out site -> seeds: the cells asked for
+
+
+def _design_of(recorded: dict[str, Any]) -> Design:
+    """``sweep.json``'s ``design`` as method -> site -> seeds, whatever in it is malformed left out."""
+    design = recorded.get("design")
+    out: Design = {}
+    for method, sites in (design.items() if isinstance(design, dict) else ()):
+        for site, seeds in (sites.items() if isinstance(sites, dict) else ()):
+            kept = [k for k in (seeds if isinstance(seeds, list) else []) if isinstance(k, int)
+                    and not isinstance(k, bool)]
+            if kept:
+                out.setdefault(str(method), {})[str(site)] = kept
+    return out
+
+
+def record_design(out: Path, methods: Sequence[str], held_out: Sequence[str], seeds: Sequence[int]) -> None:
+    """Add the cells a sweep asks for (every method x held-out site x seed) to ``sweep.json``'s ``design``, the
+    exact union of the cells the folder's sweeps asked for, as method -> site -> seeds in the order first asked.
+    A folder without a design (made before it was kept, or whose ``sweep.json`` was rebuilt) starts it from the
+    cells of its recorded runs. The tables show every designed method and site, a designed cell not run yet as
+    "not run", and count the runs finished against the design. Called once the sweep is accepted (its protocol,
+    records, executor and code), so a refused sweep leaves the design as it was."""
+    path = Path(out) / SWEEP_FILE
+    recorded = read_json(path)
+    design = _design_of(recorded)
+    before = copy.deepcopy(design)
+    if "design" not in recorded:
+        for record in run_records(out).values():
+            run = record.get("run") or {}
+            if isinstance(run.get("seed"), int):
+                _add(design, str(run.get("method")), str(run.get("held_out")), run["seed"])
+    for method in methods:
+        for site in held_out:
+            for seed in seeds:
+                _add(design, method, site, seed)
+    if design != before or "design" not in recorded:
+        write_json(path, {**recorded, "design": design}, indent=2)
+
+
+def _add(design: Design, method: str, site: str, seed: int) -> None:
+    cell = design.setdefault(method, {}).setdefault(site, [])
+    if seed not in cell:
+        cell.append(seed)
+
+
+def designed(out: Path) -> Design:
+    """``sweep.json``'s ``design``: method -> held-out site -> seeds (empty for a folder without one)."""
+    return _design_of(read_json(Path(out) / SWEEP_FILE))
 
 
 # ------------------------------------------------------------------------------------------------------ the runs

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from feddg.benchmark.stats import ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, compare_seeds, holm
-from feddg.benchmark.record import INTERRUPTED, RUN_FILE, SWEEP_FILE, run_records
+from feddg.benchmark.record import INTERRUPTED, RUN_FILE, SWEEP_FILE, designed, run_records
 from feddg.flare.payloads import CASES
 from feddg.jsonfile import read_json, write_json
 from feddg.layouts import LAYOUTS
@@ -147,6 +147,18 @@ def seed_spread(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict
     return {k: v for k, v in seed_dice(records).items() if len(v) > 1}
 
 
+def pooled_seed_sd(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The seed SD of held-out Dice pooled over the cells with two seeds or more: the square root of the mean of
+    the cells' variances over seeds (ddof 1), i.e. how far retraining alone moves one trained model's score; with the
+    number of cells and of runs it pools. None when no cell has two seeds."""
+    spread = seed_spread(records)
+    if not spread:
+        return None
+    variances = [float(np.var(list(v.values()), ddof=1)) for v in spread.values()]
+    return {"sd": math.sqrt(float(np.mean(variances))), "cells": len(spread),
+            "runs": sum(len(v) for v in spread.values())}
+
+
 # ------------------------------------------------------------------------------------------------ statistics
 
 
@@ -198,11 +210,16 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
 
 
 def verdict(method: str, entry: dict[str, Any], baseline: str, n_sites: int, family: int = 1) -> str:
-    """One sentence on what the evidence supports for ``method`` against ``baseline`` on the average column,
-    generated from the comparison (the benchmark page docs/benchmark.md quotes these; no interpretation is typed)."""
-    if "average" not in entry:
-        return (f"**{method}** vs {baseline}: compared at {len(entry['sites'])} of {n_sites} held-out sites only; "
-                f"no average.")
+    """One sentence on what the evidence supports for ``method`` against ``baseline`` on the average column, or,
+    for a method not yet compared at every held-out site, each site's difference so far (its p-value not
+    Holm-adjusted); generated from the comparison (the benchmark page docs/benchmark.md quotes these; no
+    interpretation is typed)."""
+    if "average" not in entry:  # a folder made a part at a time: what each site run so far shows, unadjusted
+        sites = "; ".join(f"{site} {d.format()}" + (f", sign-flip p {d.p.format()} (not Holm-adjusted)"
+                                                    if d.p is not None else "")
+                          for site, d in entry["sites"].items())
+        return (f"**{method}** vs {baseline}: compared at {len(entry['sites'])} of {n_sites} held-out sites only, "
+                f"no average: {sites}.")
     average: SeedDifference = entry["average"]
     p = entry.get("holm_p")
     if not average.has_interval:
@@ -273,7 +290,11 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
     spread = seed_spread(records)
     if spread:
         seeds = sorted({seed for per_seed in spread.values() for seed in per_seed})
+        pooled = pooled_seed_sd(records)
         lines += ["### Seed values: held-out Dice of each training seed", "",
+                  f"Pooled seed SD {pooled['sd']:.3f} (over {pooled['cells']} cells, {pooled['runs']} runs: the root "
+                  f"of the mean of the cells' variances over seeds): how far retraining alone moves one run's held-out "
+                  f"Dice.", "",
                   "| method | held-out | " + " | ".join(f"seed {s}" for s in seeds) + " | max - min |",
                   "|---|---|" + "---|" * (len(seeds) + 1)]
         for (method, site), per_seed in spread.items():
@@ -293,11 +314,16 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
             holm_p = entry["holm_p"].format() if "holm_p" in entry else "-"
             lines.append(f"| {method} | " + " | ".join(row) + f" | {average} | {holm_p} |")
         lines.append("")
-    if stats:
+    finished = {r["run"]["method"] for r in records if r.get("status") == "ok"}
+    unfinished = [f"- **{method}**: " + ("every run failed (see the runs' run.json)." if
+                                          any(m == method for m, _ in table) else "not run yet.")
+                  for method in methods if method not in finished]
+    if stats or unfinished:
         lines += ["### What the evidence supports (generated from the table above)", ""]
         for comparison in stats:
             for method, entry in comparison["methods"].items():
                 lines.append(f"- {verdict(method, entry, comparison['baseline'], len(held_out), comparison['family'])}")
+        lines += unfinished
         lines.append("")
     return "\n".join(lines)
 
@@ -391,7 +417,8 @@ def software_of_runs(records: Sequence[dict[str, Any]], dist: str = "feddg-flare
 
 
 def machine_time(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The time the folder's runs spent (finished, failed and timed out alike: machine time is spent either way),
+    """The time the folder's runs spent (finished, failed and timed out alike: machine time is spent either way;
+    ``records`` as :func:`load_records` gives them, so runs recorded interrupted, which are run again, are left out),
     and how many runs each executor ran (a run's ``executor``; "unrecorded" for runs made before it was kept).
 
     ``wall_hours``: the time during which at least one run was running, runs made at once counted once: the union
@@ -433,24 +460,39 @@ def _how_to_read(protocol: dict[str, Any]) -> str:
             f"mean they are equal. {data}")
 
 
+def _of_design(design: dict[str, dict[str, list[int]]], records: Sequence[dict[str, Any]]) -> str:
+    """``; 60 of the 160 runs the folder's sweeps asked for`` (finished runs of designed cells); empty for a folder
+    without a design."""
+    asked = {(m, site, k) for m, sites in design.items() for site, seeds in sites.items() for k in seeds}
+    if not asked:
+        return ""
+    done = {(r["run"]["method"], r["run"]["held_out"], r["run"]["seed"]) for r in records if r["status"] == "ok"}
+    return f"; {len(asked & done)} of the {len(asked)} runs the folder's sweeps asked for"
+
+
 def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[str], n_resamples: int = 9999) -> dict:
     """Write results.csv, results.md, results.json and plots/ from every run in ``out`` (a sweep that adds methods,
-    sites or seeds to a folder, or resumes part of it, keeps the runs made before in the tables); rows follow
-    ``method_order`` and columns ``site_order``; every baseline of :data:`BASELINES` that the folder ran gets its
+    sites or seeds to a folder, or resumes part of it, keeps the runs made before in the tables); rows are the
+    methods run or designed (:func:`~feddg.benchmark.record.designed`) in ``method_order``, columns the held-out
+    sites run or designed in ``site_order``; every baseline of :data:`BASELINES` that the folder ran gets its
     difference table. Returns the paths."""
     from feddg.report import machine_info, software_versions
 
     out = Path(out)
     records = load_records(out)
-    methods = _in_order({r["run"]["method"] for r in records}, method_order)
-    held_out = _in_order({r["run"]["held_out"] for r in records}, site_order)
-    stats = [comparisons(records, b, held_out, n_resamples) for b in BASELINES if b in methods]
+    design = designed(out)  # the cells the folder's sweeps asked for: those not run yet show as not run
+    ran = {r["run"]["method"] for r in records}
+    methods = _in_order(ran | set(design), method_order)
+    held_out = _in_order({r["run"]["held_out"] for r in records} | {s for sites in design.values() for s in sites},
+                         site_order)
+    stats = [comparisons(records, b, held_out, n_resamples) for b in BASELINES if b in ran]
     write_csv(out / "results.csv", tidy_rows(records))
     protocol = read_json(out / SWEEP_FILE)
     spent = machine_time(records)
     header = [f"# Leave-one-site-out benchmark: {protocol.get('task', '?')}", "",
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
-              f"{sum(r['status'] == 'ok' for r in records)} of {len(records)} runs finished "
+              f"{sum(r['status'] == 'ok' for r in records)} of {len(records)} recorded runs finished"
+              f"{_of_design(design, records)} "
               f"({software_of_runs(records)}; code {code_of_runs(records)}); {spent['wall_hours']:.1f} hours of "
               f"wall time (runs at once counted once; {spent['run_hours']:.1f} run-hours), "
               f"{spent['runs_per_hour']:.1f} runs per hour (run by "
@@ -471,10 +513,11 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
             for r in records]
     write_json(out / "results.json", {"protocol": protocol, "machine": machine_info(),
                                       "versions": software_versions(), "machine_time": spent,
+                                      "pooled_seed_sd": pooled_seed_sd(records),
                                       "comparisons": serial, "runs": runs}, indent=1)
     return {"csv": out / "results.csv", "markdown": out / "results.md", "json": out / "results.json",
             "plots": figures}
 
 
 __all__ = ["BASELINES", "case_scores", "comparisons", "load_records", "machine_time", "markdown", "plots",
-           "seed_dice", "seed_spread", "software_of_runs", "tidy_rows", "verdict", "write_results"]
+           "pooled_seed_sd", "seed_dice", "seed_spread", "software_of_runs", "tidy_rows", "verdict", "write_results"]

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM ended the sweep, after the run in progress (if any) was stopped with every process it
-    started and recorded as interrupted. A BaseException, as KeyboardInterrupt is: no ``except Exception`` on the
-    way swallows it."""
+    """SIGINT or SIGTERM ended the sweep, after the runs in progress (``stopped``: their ids, none if none ran)
+    were stopped with every process they started and recorded as interrupted. A BaseException, as
+    KeyboardInterrupt is: no ``except Exception`` on the way swallows it."""
 
-    def __init__(self, signum: int, stopped: str | None = None) -> None:
-        self.signum, self.stopped = signum, stopped
-        super().__init__(signum, stopped)
+    def __init__(self, signum: int, stopped: Sequence[str] = ()) -> None:
+        self.signum, self.stopped = signum, tuple(stopped)
+        super().__init__(signum, self.stopped)
 
     @property
     def exit_code(self) -> int:
@@ -26,8 +26,11 @@ class Interrupted(BaseException):
         return 128 + self.signum
 
     def __str__(self) -> str:
-        what = (f"{self.stopped} was stopped with every process it started and recorded as interrupted (the same "
-                f"command runs it again)" if self.stopped else
+        one = len(self.stopped) == 1
+        runs = " and ".join([", ".join(self.stopped[:-1]), self.stopped[-1]] if len(self.stopped) > 1 else self.stopped)
+        what = (f"{runs} {'was' if one else 'were'} stopped with every process "
+                f"{'it' if one else 'they'} started and recorded as interrupted (the same command runs "
+                f"{'it' if one else 'them'} again)" if self.stopped else
                 "no run was stopped; the finished runs keep their records")
         return f"interrupted by {signal.Signals(self.signum).name}: {what}"
 
@@ -77,8 +80,8 @@ class _StopSignals:
             self._deferring -= 1
         self.raise_received()
 
-    def raise_received(self, stopped: str | None = None) -> None:
-        """Raise :class:`Interrupted` (naming the run ``stopped``, if any) when a signal came."""
+    def raise_received(self, stopped: Sequence[str] = ()) -> None:
+        """Raise :class:`Interrupted` (naming the runs ``stopped``, if any) when a signal came."""
         if self.received is not None:
             raise Interrupted(self.received, stopped)
 

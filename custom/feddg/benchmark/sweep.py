@@ -41,7 +41,7 @@ from feddg.benchmark.executors.local import LocalExecutor
 from feddg.benchmark.protocol import (Protocol, Run, first_difference, owned_settings, run_experiment,
                                       run_overrides, seed_overrides)
 from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, folder_lock,
-                                    prepare_folder, run_records)
+                                    prepare_folder, record_design, run_records)
 from feddg.benchmark.signals import STOP_SIGNALS, Interrupted, handle_stop_signals
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, write_json
@@ -194,15 +194,16 @@ def _run_cells(protocol: Protocol, cells: Sequence[Cell], executor: CellExecutor
 
     with STOP_SIGNALS.deferred():  # from the first start to the last record: a signal stops the runs, then ends
         executor.run_cells(cells, on_done, report)
-        STOP_SIGNALS.raise_received(" and ".join(stopped) or None)
+        STOP_SIGNALS.raise_received(stopped)
 
 
 def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, outcome: Outcome) -> dict[str, Any]:
     """The run's record: its cell, status, wall time, when it was recorded (``ended_at``, UTC epoch seconds: with the
     wall time it places the run in time, so runs made at once count once in the machine time), log, config,
-    simulator flags, code and where it ran (``executor``: the executor's ``Outcome.where``); a run that ended by itself is ``ok`` only with exit code 0
-    (when it has one) and a report, which the record then holds with the files the tables need (the executor's
-    scratch, e.g. the simulator workspace with its models, is removed; so is an interrupted run's)."""
+    simulator flags, code and where it ran (``executor``: the executor's ``Outcome.where``); a run that ended by
+    itself is ``ok`` only with exit code 0 (when it has one) and a report, which the record then holds with the
+    files the tables need (the executor's scratch, e.g. the simulator workspace with its models, is removed; so is
+    an interrupted run's)."""
     from feddg.report import code_fingerprint
 
     status, reason, returncode = outcome.status, outcome.reason, outcome.returncode
@@ -339,6 +340,7 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
                 if cells:
                     executor.check(cells)  # refused in one line before any run, the reproduce check's included
                     check_code(out, folder, protocol, timeout, reproduce_check, report, executor)
+                record_design(out, methods, held_out, seeds)  # accepted: a refused sweep leaves it as it was
                 _run_all(protocol, runs, done, cells, executor, report, after_run)
             finally:  # a cell that was never run leaves no folder (one that ran has its run.json)
                 for cell in cells:

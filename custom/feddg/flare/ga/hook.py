@@ -5,6 +5,11 @@
 the validation loss of the received global model minus the validation loss the site's own model had right after
 the previous round's local training, both on the site's validation split. One scalar per site and round leaves the
 site (``generalization_gap``); none in round 0, after a round the site missed, or without a validation split.
+
+Departure from the paper, not yet backed by a measurement: the paper takes both losses on the site's training set
+(the empirical risk on D_i-hat, Algorithm 1); this hook takes them on the validation split (one pass over a small
+split, not two over the training set, per round; noisier gaps). ``benchmarks/ga_gaps.py`` measures how much the
+gaps' noise moves the weights in a result set (docs/methods.md).
 """
 
 from __future__ import annotations
