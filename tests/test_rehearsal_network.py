@@ -105,6 +105,29 @@ def test_a_recorded_network_is_found_and_removed_by_a_later_run(tmp_path):
             assert left_running.wait(timeout=10) is not None  # stopped by the teardown
 
 
+@needs_netns
+def test_a_network_whose_rehearsal_died_is_removed_by_the_next_network_made_on_the_host(tmp_path):
+    """A rehearsal killed before its teardown (SIGKILL, a stopped test runner) in a workspace nobody uses again:
+    the host-wide record lets the next network made anywhere remove it; a live rehearsal's network stays."""
+    from feddg.rehearsal.network import REGISTRY, reap_orphans
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    orphan = RehearsalNetwork(**{**_plan(tmp_path / "killed", "198.19.9.0/24").__dict__, "owner": dead.pid})
+    later = _plan(tmp_path / "later", "198.19.10.0/24")
+    try:
+        orphan.create()
+        assert (REGISTRY / f"{orphan.bridge}.json").is_file()
+        assert Path("/run/netns", orphan.hosts["BIDMC"].namespace).exists()
+        later.create()  # reaps the orphan first
+        assert not Path("/run/netns", orphan.hosts["BIDMC"].namespace).exists()
+        assert not (REGISTRY / f"{orphan.bridge}.json").exists()
+        assert (REGISTRY / f"{later.bridge}.json").is_file() and reap_orphans() == []  # its owner runs: kept
+    finally:
+        assert orphan.teardown() == [] and later.teardown() == []
+    assert not (REGISTRY / f"{later.bridge}.json").exists()
+
+
 # ---------------------------------------------------------------------- the command's refusals (no root needed)
 def test_an_unknown_drill_is_refused_listing_the_valid_ones():
     from feddg.rehearsal.options import DRILLS, parse_drills

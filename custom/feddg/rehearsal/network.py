@@ -45,6 +45,10 @@ REHEARSAL_RANGE = ipaddress.ip_network("198.18.0.0/15")  # RFC 2544: benchmark n
 DEFAULT_SUBNET = "198.18.0.0/24"
 STATE_FILE = "network.json"
 NETNS_ETC = Path("/etc/netns")
+# Every network made on this host is also recorded here (on tmpfs: gone at reboot, as the namespaces are), so that
+# one whose rehearsal was killed before its teardown (SIGKILL, a test runner stopped) is removed by the next network
+# made on the host, whatever workspace either used.
+REGISTRY = Path("/run/feddg-rehearsal")
 
 
 class NetworkError(RuntimeError):
@@ -77,6 +81,22 @@ def missing_privileges() -> list[str]:
         if not effective >> bit & 1:
             missing.append(f"{name} (run as root)")
     return missing
+
+
+def reap_orphans() -> list[str]:
+    """Remove every network recorded in :data:`REGISTRY` whose rehearsal process has ended without tearing it down
+    (its namespaces, ports, bridge and whatever still runs inside); returns the bridges removed. A network whose
+    rehearsal still runs is left alone."""
+    removed = []
+    for record in sorted(REGISTRY.glob("*.json")):
+        try:
+            net = RehearsalNetwork._load(record)
+        except (ValueError, TypeError, KeyError):  # unreadable: nothing can be torn down from it
+            record.unlink(missing_ok=True)
+            continue
+        if net is not None and not net.owner_alive() and net.owner != os.getpid() and not net.teardown():
+            removed.append(net.bridge)
+    return removed
 
 
 def require_privileges() -> None:
@@ -173,9 +193,12 @@ class RehearsalNetwork:
         """Make the bridge, one namespace per participant and its hosts file. The subnet is checked first; what is
         made is recorded in ``network.json`` before it is made."""
         require_privileges()
+        reap_orphans()
         check_subnet(self.subnet)
         Path(self.workspace).mkdir(parents=True, exist_ok=True)
-        Path(self.workspace, STATE_FILE).write_text(json.dumps(asdict(self), indent=2))
+        REGISTRY.mkdir(parents=True, exist_ok=True)
+        for record in (Path(self.workspace, STATE_FILE), REGISTRY / f"{self.bridge}.json"):
+            record.write_text(json.dumps(asdict(self), indent=2))
         prefix = ipaddress.ip_network(self.subnet).prefixlen
         _ip("link", "add", self.bridge, "type", "bridge")
         _write_if_present(f"/proc/sys/net/ipv6/conf/{self.bridge}/disable_ipv6", "1")
@@ -246,12 +269,18 @@ class RehearsalNetwork:
         _ip("link", "del", self.bridge, check=False)
         if _ip("link", "show", self.bridge, check=False).strip():
             left.append(f"bridge {self.bridge}")
+        if not left:
+            (REGISTRY / f"{self.bridge}.json").unlink(missing_ok=True)
         return left
 
     @classmethod
     def leftover(cls, workspace: Path) -> RehearsalNetwork | None:
         """The network a previous run on ``workspace`` recorded, if any (to tear it down)."""
-        state = Path(workspace, STATE_FILE)
+        return cls._load(Path(workspace, STATE_FILE))
+
+    @classmethod
+    def _load(cls, state: Path) -> RehearsalNetwork | None:
+        """The network recorded in ``state`` (a workspace's ``network.json`` or a :data:`REGISTRY` record)."""
         if not state.is_file():
             return None
         data = json.loads(state.read_text())
