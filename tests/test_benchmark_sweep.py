@@ -343,15 +343,15 @@ def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
 
 
 def test_pooled_seed_sd_is_the_root_of_the_mean_cell_variance():
-    from feddg.benchmark.results import pooled_seed_sd
+    from feddg.benchmark.results import pooled_seed_sd, seed_spread
 
     records = []
     for site, values in {"BMC": [0.5, 0.6, 0.7], "HK": [0.4, 0.4]}.items():  # variances 0.01 and 0
         for seed, value in enumerate(values):
             records.append(_prostate_record("fedavg", site, seed, [value] * 4))
     records.append(_prostate_record("ga", "BMC", 0, [0.9] * 4))  # one seed: not a spread
-    assert pooled_seed_sd(records) == {"sd": pytest.approx(0.005 ** 0.5), "cells": 2, "runs": 5}
-    assert pooled_seed_sd(records[-1:]) is None
+    assert pooled_seed_sd(seed_spread(records)) == {"sd": pytest.approx(0.005 ** 0.5), "cells": 2, "runs": 5}
+    assert pooled_seed_sd(seed_spread(records[-1:])) is None
 
 
 def test_machine_time_counts_runs_made_at_once_once():

@@ -11,7 +11,6 @@ works on a folder at a time (:func:`folder_lock`).
 
 from __future__ import annotations
 
-import copy
 import fcntl
 import os
 import shutil
@@ -123,7 +122,6 @@ def record_design(out: Path, methods: Sequence[str], held_out: Sequence[str], se
     path = Path(out) / SWEEP_FILE
     recorded = read_json(path)
     design = _design_of(recorded)
-    before = copy.deepcopy(design)
     if "design" not in recorded:
         for record in run_records(out).values():
             run = record.get("run") or {}
@@ -133,7 +131,7 @@ def record_design(out: Path, methods: Sequence[str], held_out: Sequence[str], se
         for site in held_out:
             for seed in seeds:
                 _add(design, method, site, seed)
-    if design != before or "design" not in recorded:
+    if "design" not in recorded or design != _design_of(recorded):
         write_json(path, {**recorded, "design": design}, indent=2)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from feddg.benchmark.stats import ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, compare_seeds, holm
-from feddg.benchmark.record import INTERRUPTED, RUN_FILE, SWEEP_FILE, designed, run_records
+from feddg.benchmark.record import INTERRUPTED, RUN_FILE, SWEEP_FILE, Design, designed, run_records
 from feddg.flare.payloads import CASES
 from feddg.jsonfile import read_json, write_json
 from feddg.layouts import LAYOUTS
@@ -147,11 +147,10 @@ def seed_spread(records: Sequence[dict[str, Any]]) -> dict[tuple[str, str], dict
     return {k: v for k, v in seed_dice(records).items() if len(v) > 1}
 
 
-def pooled_seed_sd(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The seed SD of held-out Dice pooled over the cells with two seeds or more: the square root of the mean of
-    the cells' variances over seeds (ddof 1), i.e. how far retraining alone moves one trained model's score; with the
-    number of cells and of runs it pools. None when no cell has two seeds."""
-    spread = seed_spread(records)
+def pooled_seed_sd(spread: dict[tuple[str, str], dict[int, float]]) -> dict[str, Any] | None:
+    """The seed SD of held-out Dice pooled over the cells of :func:`seed_spread` (two seeds or more): the square
+    root of the mean of the cells' variances over seeds (ddof 1), i.e. how far retraining alone moves one trained
+    model's score; with the number of cells and of runs it pools. None when no cell has two seeds."""
     if not spread:
         return None
     variances = [float(np.var(list(v.values()), ddof=1)) for v in spread.values()]
@@ -290,7 +289,7 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
     spread = seed_spread(records)
     if spread:
         seeds = sorted({seed for per_seed in spread.values() for seed in per_seed})
-        pooled = pooled_seed_sd(records)
+        pooled = pooled_seed_sd(spread)
         lines += ["### Seed values: held-out Dice of each training seed", "",
                   f"Pooled seed SD {pooled['sd']:.3f} (over {pooled['cells']} cells, {pooled['runs']} runs: the root "
                   f"of the mean of the cells' variances over seeds): how far retraining alone moves one run's held-out "
@@ -460,7 +459,7 @@ def _how_to_read(protocol: dict[str, Any]) -> str:
             f"mean they are equal. {data}")
 
 
-def _of_design(design: dict[str, dict[str, list[int]]], records: Sequence[dict[str, Any]]) -> str:
+def _of_design(design: Design, records: Sequence[dict[str, Any]]) -> str:
     """``; 60 of the 160 runs the folder's sweeps asked for`` (finished runs of designed cells); empty for a folder
     without a design."""
     asked = {(m, site, k) for m, sites in design.items() for site, seeds in sites.items() for k in seeds}
@@ -513,7 +512,7 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
             for r in records]
     write_json(out / "results.json", {"protocol": protocol, "machine": machine_info(),
                                       "versions": software_versions(), "machine_time": spent,
-                                      "pooled_seed_sd": pooled_seed_sd(records),
+                                      "pooled_seed_sd": pooled_seed_sd(seed_spread(records)),
                                       "comparisons": serial, "runs": runs}, indent=1)
     return {"csv": out / "results.csv", "markdown": out / "results.md", "json": out / "results.json",
             "plots": figures}

@@ -27,7 +27,8 @@ class Interrupted(BaseException):
 
     def __str__(self) -> str:
         one = len(self.stopped) == 1
-        runs = " and ".join([", ".join(self.stopped[:-1]), self.stopped[-1]] if len(self.stopped) > 1 else self.stopped)
+        *rest, last = self.stopped or ("",)
+        runs = f"{', '.join(rest)} and {last}" if rest else last
         what = (f"{runs} {'was' if one else 'were'} stopped with every process "
                 f"{'it' if one else 'they'} started and recorded as interrupted (the same command runs "
                 f"{'it' if one else 'them'} again)" if self.stopped else
