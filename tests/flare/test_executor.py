@@ -121,31 +121,34 @@ def test_bad_data_is_reported_before_training(tmp_path, exp):
     assert result.get_return_code() == ReturnCode.EXECUTION_EXCEPTION
 
 
-def test_generalization_gap_is_global_val_loss_minus_previous_local_val_loss(tmp_path, exp):
-    """Round 0 sends no gap; round 1's gap equals the received model's validation loss minus the validation
-    loss of the site's own round-0 model, both computed here independently."""
+@pytest.mark.parametrize("split", ["val", "train"])
+def test_generalization_gap_is_the_received_models_loss_minus_the_previous_local_models_loss(tmp_path, exp, split):
+    """Round 0 sends no gap; round 1's gap equals the received model's loss on the split ``ga.gap_split`` names
+    minus the loss of the site's own round-0 model there, both computed here independently."""
     import torch
 
     from feddg.data.dataset import load_site
     from feddg.evaluation import evaluate_sliceset
 
+    exp["ga"] = {"gap_split": split}
     cfg = experiment_from_dict(exp)
     fl_ctx, _ = _context(tmp_path, "HK", exp, {"gap": GeneralizationGap()})
     executor = FedDGExecutor(site_hooks=["gap"])
     round0 = from_shareable(executor.execute(FedDGTask.TRAIN, _task(_global_weights(exp), 0), fl_ctx, Signal()))
     assert GENERALIZATION_GAP not in round0.meta
 
-    val = load_site(cfg.data, "HK")["val"]
+    images = load_site(cfg.data, "HK")[split]
+    assert len(images)
 
-    def val_loss(weights):
+    def loss(weights):
         model = build_model(cfg)
         model.load_state_dict({k: torch.as_tensor(v) for k, v in weights.items()})
-        return evaluate_sliceset(model, val, cfg.data.label_names, torch.device("cpu"))["summary"]["loss"]
+        return evaluate_sliceset(model, images, cfg.data.label_names, torch.device("cpu"))["summary"]["loss"]
 
     global1 = _global_weights(exp)  # a different "global model" for round 1
     round1 = from_shareable(FedDGExecutor(site_hooks=["gap"]).execute(  # a fresh executor: state from the run folder
         FedDGTask.TRAIN, _task(global1, 1), fl_ctx, Signal()))
-    expected = val_loss(global1) - val_loss(round0.data)
+    expected = loss(global1) - loss(round0.data)
     assert round1.meta[GENERALIZATION_GAP] == pytest.approx(expected, abs=1e-5)
 
 

@@ -2,14 +2,15 @@
 
     G_i^r = L(theta^r; D_i) - L(theta_i^{r-1}; D_i)
 
-the validation loss of the received global model minus the validation loss the site's own model had right after
-the previous round's local training, both on the site's validation split. One scalar per site and round leaves the
-site (``generalization_gap``); none in round 0, after a round the site missed, or without a validation split.
+the loss (Dice loss, the training loss, without augmentation) of the received global model minus the loss the
+site's own model had right after the previous round's local training, both on the split ``ga.gap_split`` names.
+One scalar per site and round leaves the site (``generalization_gap``); none in round 0, after a round the site
+missed, or when that split is empty.
 
-Departure from the paper, not yet backed by a measurement: the paper takes both losses on the site's training set
-(the empirical risk on D_i-hat, Algorithm 1); this hook takes them on the validation split (one pass over a small
-split, not two over the training set, per round; noisier gaps). ``benchmarks/ga_gaps.py`` measures how much the
-gaps' noise moves the weights in a result set (docs/methods.md).
+``ga.gap_split: val`` (the default) departs from the paper, which takes both losses on the site's training set
+(the empirical risk on D_i-hat, Algorithm 1); the authors' released code takes them on the validation split, as
+this default does. ``ga.gap_split: train`` is the paper's. docs/methods.md states what was measured between
+the two; ``benchmarks/ga_gaps.py`` measures how much the gaps' noise moves the weights in a result set.
 """
 
 from __future__ import annotations
@@ -23,18 +24,30 @@ from feddg.flare.site_hooks import TrainingContext, TrainingHook
 
 
 class GeneralizationGap(TrainingHook):
-    """Sends ``generalization_gap`` (a float) with each training result; keeps the site's post-training
-    validation loss as its state."""
+    """Sends ``generalization_gap`` (a float) with each training result; keeps the loss of the site's
+    post-training model on the gap's split as its state."""
 
     def before_training(self, ctx: TrainingContext, model: torch.nn.Module) -> dict[str, float]:
-        loss, previous = ctx.received.get(FedDGMeta.VAL_LOSS), ctx.state
-        if loss is None or previous.get("round") != ctx.round - 1 or "local_val_loss" not in previous:
+        previous = ctx.state
+        if previous.get("round") != ctx.round - 1 or "local_loss" not in previous:
             return {}
-        return {GENERALIZATION_GAP: loss - previous["local_val_loss"]}
+        loss = _loss(ctx, model, received=True)
+        return {} if loss is None else {GENERALIZATION_GAP: loss - previous["local_loss"]}
 
     def after_training(self, ctx: TrainingContext, model: torch.nn.Module) -> dict[str, float]:
         ctx.state.clear()
-        if len(ctx.data["val"]):
-            ctx.state.update(round=ctx.round, local_val_loss=split_loss(model, ctx.data["val"], ctx.device,
-                                                                       ctx.cfg.eval.batch_size))
+        loss = _loss(ctx, model, received=False)
+        if loss is not None:
+            ctx.state.update(round=ctx.round, local_loss=loss)
         return {}
+
+
+def _loss(ctx: TrainingContext, model: torch.nn.Module, received: bool) -> float | None:
+    """``model``'s loss on the split ``ga.gap_split`` names; None when the split is empty. The received model's
+    validation loss is the one the executor already computed (``val_loss``), not computed twice."""
+    split = ctx.cfg.ga.gap_split
+    if received and split == "val":
+        return ctx.received.get(FedDGMeta.VAL_LOSS)
+    if not len(ctx.data[split]):
+        return None
+    return split_loss(model, ctx.data[split], ctx.device, ctx.cfg.eval.batch_size)
