@@ -3,6 +3,7 @@ generalization gaps that move them keep their sign from one round to the next, a
 uniform control of the same seed and held-out site.
 
     python benchmarks/ga_gaps.py benchmarks/results/loso_fundus_seeds [--method ga] [--control uniform]
+    python benchmarks/ga_gaps.py benchmarks/results/ga_gap_fundus --controls benchmarks/results/loso_fundus_seeds
 
 Reads each finished run's report history (``aggregation``: ``ga_weights``, ``ga_gaps`` and ``ga_step``, which
 GA's aggregator writes every round, :mod:`feddg.flare.ga.aggregator`) and writes ``ga_gaps.md`` and
@@ -15,8 +16,14 @@ GA's aggregator writes every round, :mod:`feddg.flare.ga.aggregator`) and writes
 - the gaps' lag-1 correlation per site (mean over sites);
 - the held-out Dice (mean over structures) minus the control's of the same seed.
 
-Per held-out site: the means of these over seeds, and which site ended with the largest weight in how many seeds
-(one site in every seed: a signal; a different one in each: noise).
+Per held-out site: the means of these over seeds, the difference to the control with seeds as the unit (95%
+two-level bootstrap interval and sign-flip p, :func:`feddg.benchmark.stats.compare_seeds`), and which site ended
+with the largest weight in how many seeds (one site in every seed: a signal; a different one in each: noise).
+
+An ablation folder (one GA setting changed, ``--set ga.gap_split=train``) need not run the control again:
+``--controls FOLDER`` takes the control's runs from another folder, each checked to be exactly the run this folder's
+protocol would make of its cell (:func:`feddg.benchmark.protocol.run_mismatch`; a control whose feddg.yaml the
+changed setting touches is refused, naming the setting).
 """
 
 from __future__ import annotations
@@ -70,8 +77,33 @@ def departure(weights: np.ndarray) -> np.ndarray:
     return np.abs(weights - 1.0 / weights.shape[1]).max(axis=1)
 
 
+def controls_from(folder: Path, controls: Path, control: str) -> list[dict[str, Any]]:
+    """The finished ``control`` runs of the results folder ``controls``, each exactly the run ``folder``'s protocol
+    makes of its cell, but for the protocol's settings in sections the control's jobs lack (``ga.gap_split`` for
+    uniform: a section no uniform job reads); ValueError naming the first run that is not, and why."""
+    from feddg.benchmark.protocol import Protocol, run_mismatch
+    from feddg.benchmark.record import recorded_protocol, run_records
+    from feddg.jobs import experiment
+
+    settings, _ = recorded_protocol(folder)
+    if settings is None:
+        raise ValueError(f"{folder}: no protocol recorded, nothing to check the controls against")
+    sections = experiment(settings["task"], control, validate=False)
+    protocol = Protocol(settings["task"], {k: v for k, v in settings["overrides"].items() if k in sections},
+                        settings["simulator_args"])
+    found = []
+    for name, record in run_records(controls).items():
+        if (record.get("run") or {}).get("method") != control or record.get("status") != "ok":
+            continue
+        why = run_mismatch(protocol, name, record)
+        if why:
+            raise ValueError(f"{controls / 'runs' / name} is not a run of {folder}'s protocol: {why}")
+        found.append(record)
+    return found
+
+
 def diagnose(records: Sequence[dict[str, Any]], method: str, control: str) -> list[dict[str, Any]]:
-    """One row per finished run of ``method`` (held-out site, seed order)."""
+    """One row per finished run of ``method`` (held-out site, seed order); ``records`` also hold the control's."""
     from feddg.benchmark.results import seed_dice
 
     dice = seed_dice(records)
@@ -93,8 +125,14 @@ def diagnose(records: Sequence[dict[str, Any]], method: str, control: str) -> li
     return rows
 
 
-def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per held-out site: seeds, the mean of each diagnostic, and how often each site ended with the most weight."""
+def summarise(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]], method: str,
+              control: str) -> list[dict[str, Any]]:
+    """Per held-out site: seeds, the mean of each diagnostic, the paired difference to ``control`` with seeds as the
+    unit (None without a paired seed), and how often each site ended with the most weight."""
+    from feddg.benchmark.results import case_scores
+    from feddg.benchmark.stats import compare_seeds
+
+    scores = case_scores(records)
     out = []
     for site in sorted({r["held_out"] for r in rows}):
         mine = [r for r in rows if r["held_out"] == site]
@@ -104,9 +142,13 @@ def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             return float(np.mean(values)) if values else None
 
         heaviest = Counter(max(r["final_weights"], key=r["final_weights"].get) for r in mine)
+        ours, theirs = scores.get((method, site), {}), scores.get((control, site), {})
+        paired = {k: (ours[k], theirs[k]) for k in sorted(set(ours) & set(theirs))}
+        difference = compare_seeds({site: paired}) if paired else None
         out.append({"held_out": site, "seeds": len(mine), "mean_departure": mean("mean_departure"),
                     "sign_persistence": mean("sign_persistence"), "lag1_correlation": mean("lag1_correlation"),
                     "dice_minus_control": mean("dice_minus_control"),
+                    "difference": None if difference is None else difference.to_dict(),
                     "heaviest": dict(heaviest.most_common())})
     return out
 
@@ -115,19 +157,30 @@ def _f(value: float | None, signed: bool = False) -> str:
     return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
 
 
+def _difference(summary: dict[str, Any]) -> str:
+    """The mean seed difference to the control, with its interval and p-value when the seeds give them."""
+    d = summary["difference"]
+    text = _f(summary["dice_minus_control"], True)
+    if d and d["low"] is not None:
+        text += f" [{d['low']:+.3f}, {d['high']:+.3f}], p {d['p']['value']:.3f}"
+    return text
+
+
 def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], command: str, method: str,
              control: str) -> str:
     lines = [f"# What {method}'s weights did", "", f"`{command}` (generated from the folder's run.json files).", "",
              "Departure: max_i |a_i - 1/K| (mean over rounds, last round). Sign persistence: the share of (site, "
              "round) pairs whose centred gap keeps its sign in the next round (0.5: coin flips; GA then moves the "
-             f"weights on noise). Dice - {control}: held-out Dice minus the {control} run of the same seed.", "",
+             f"weights on noise). Dice - {control}: held-out Dice minus the {control} run of the same seed (per "
+             "site: the mean over seeds, the 95% two-level bootstrap interval and the sign-flip p-value, seeds as "
+             "the unit).", "",
              "## Per held-out site (means over seeds)", "",
              f"| held-out | seeds | mean departure | sign persistence | gap lag-1 corr. | Dice - {control} | "
              "largest final weight (seeds) |", "|---|---|---|---|---|---|---|"]
     for s in summary:
         heaviest = ", ".join(f"{site} {n}" for site, n in s["heaviest"].items())
         lines.append(f"| {s['held_out']} | {s['seeds']} | {_f(s['mean_departure'])} | {_f(s['sign_persistence'])} | "
-                     f"{_f(s['lag1_correlation'])} | {_f(s['dice_minus_control'], True)} | {heaviest} |")
+                     f"{_f(s['lag1_correlation'])} | {_difference(s)} | {heaviest} |")
     lines += ["", "## Per run", "",
               f"| held-out | seed | rounds | final weights | mean departure | last departure | sign persistence | "
               f"gap lag-1 corr. | Dice - {control} |", "|---|---|---|---|---|---|---|---|---|"]
@@ -145,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("folder", type=Path, help="a feddg benchmark results folder")
     parser.add_argument("--method", default="ga", help="a method whose aggregator records GA weights (default: ga)")
     parser.add_argument("--control", default="uniform", help="the method of the Dice difference (default: uniform)")
+    parser.add_argument("--controls", type=Path, help="a results folder to take the control's runs from (default: "
+                                                      "the folder itself), each checked against the folder's protocol")
     parser.add_argument("--out", type=Path, help="where to write ga_gaps.md/.json (default: the folder)")
     args = parser.parse_args(argv)
     from feddg.benchmark.results import load_records
@@ -152,11 +207,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not (args.folder / "sweep.json").is_file():
         print(f"{args.folder}: not a benchmark results folder (no sweep.json)", file=sys.stderr)
         return 2
-    rows = diagnose(load_records(args.folder), args.method, args.control)
+    records = load_records(args.folder)
+    if args.controls:
+        try:
+            controls = controls_from(args.folder, args.controls, args.control)
+        except ValueError as e:
+            print(e, file=sys.stderr)
+            return 2
+        records = [r for r in records if r["run"]["method"] != args.control] + controls
+    rows = diagnose(records, args.method, args.control)
     if not rows:
         print(f"{args.folder}: no finished {args.method} run with GA weights in its history", file=sys.stderr)
         return 1
-    summary = summarise(rows)
+    summary = summarise(rows, records, args.method, args.control)
     command = "python benchmarks/ga_gaps.py " + " ".join(sys.argv[1:] if argv is None else argv)
     out = args.out or args.folder
     out.mkdir(parents=True, exist_ok=True)

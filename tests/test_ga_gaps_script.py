@@ -13,6 +13,7 @@ from benchmarks.ga_gaps import departure, diagnose, lag1_correlation, main, sign
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNDUS = ROOT / "benchmarks" / "results" / "loso_fundus_seeds"
+GA_STEP = ROOT / "benchmarks" / "results" / "ga_step_fundus"  # GA with ga.step_size=0.013, no uniform runs
 
 
 def test_sign_persistence_counts_centred_gaps_that_keep_their_sign():
@@ -59,6 +60,30 @@ def test_on_the_committed_fundus_set(tmp_path):
     saved = json.loads((tmp_path / "ga_gaps.json").read_text())
     assert len(saved["runs"]) == len(rows) and (tmp_path / "ga_gaps.md").read_text().startswith("# What ga's")
     assert main([str(tmp_path), "--out", str(tmp_path / "x")]) == 2  # not a results folder
+
+
+def test_controls_from_another_folder_are_paired_by_seed_and_checked_against_the_protocol(tmp_path, capsys):
+    from feddg.benchmark.results import load_records, seed_dice
+
+    assert main([str(GA_STEP), "--out", str(tmp_path / "alone")]) == 0
+    alone = json.loads((tmp_path / "alone" / "ga_gaps.json").read_text())
+    assert all(r["dice_minus_control"] is None for r in alone["runs"])  # no uniform run in that folder
+
+    assert main([str(GA_STEP), "--controls", str(FUNDUS), "--out", str(tmp_path / "paired")]) == 0
+    paired = json.loads((tmp_path / "paired" / "ga_gaps.json").read_text())
+    ga, uniform = seed_dice(load_records(GA_STEP)), seed_dice(load_records(FUNDUS))
+    for row in paired["runs"]:
+        site, seed = row["held_out"], row["seed"]
+        assert row["dice_minus_control"] == pytest.approx(ga[("ga", site)][seed] - uniform[("uniform", site)][seed])
+    (site,) = paired["summary"]
+    difference = site["difference"]
+    assert difference["n_seeds"] == 5 and difference["low"] <= difference["mean"] <= difference["high"]
+    assert difference["mean"] == pytest.approx(site["dice_minus_control"])
+
+    # the main folder's GA runs have another ga.step_size: not runs of this folder's protocol
+    assert main([str(GA_STEP), "--controls", str(FUNDUS), "--control", "ga", "--out", str(tmp_path / "x")]) == 2
+    error = capsys.readouterr().err
+    assert "is not a run of" in error and "ga." in error
 
 
 def test_every_benchmark_script_is_run_or_imported_by_a_test():
