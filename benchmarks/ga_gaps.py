@@ -77,28 +77,42 @@ def departure(weights: np.ndarray) -> np.ndarray:
     return np.abs(weights - 1.0 / weights.shape[1]).max(axis=1)
 
 
-def controls_from(folder: Path, controls: Path, control: str) -> list[dict[str, Any]]:
-    """The finished ``control`` runs of the results folder ``controls``, each exactly the run ``folder``'s protocol
-    makes of its cell, but for the protocol's settings in sections the control's jobs lack (``ga.gap_split`` for
-    uniform: a section no uniform job reads); ValueError naming the first run that is not, and why."""
+def controls_from(folder: Path, controls: Path, control: str, method: str) -> list[dict[str, Any]]:
+    """The finished ``control`` runs of the results folder ``controls`` as controls of ``folder``'s ``method``
+    runs. ValueError, naming the folder or run and why, unless ``controls`` holds at least one, each is exactly the
+    run ``folder``'s protocol makes of its cell in the sections the control's jobs have (a setting of another
+    method's section, ``ga.*`` for uniform, is inert there and left aside on both sides), and ``controls`` admits
+    the code of every ``method`` run of ``folder`` (it made runs there, or a reproduce check admitted it)."""
     from feddg.benchmark.protocol import Protocol, run_mismatch
     from feddg.benchmark.record import recorded_protocol, run_records
+    from feddg.benchmark.sweep import admitted_codes
     from feddg.jobs import experiment
 
     settings, _ = recorded_protocol(folder)
-    if settings is None:
-        raise ValueError(f"{folder}: no protocol recorded, nothing to check the controls against")
+    if settings is None or not (controls / "sweep.json").is_file():
+        raise ValueError(f"{folder if settings is None else controls}: not a benchmark results folder with a protocol")
     sections = experiment(settings["task"], control, validate=False)
     protocol = Protocol(settings["task"], {k: v for k, v in settings["overrides"].items() if k in sections},
                         settings["simulator_args"])
+    theirs = run_records(controls)
     found = []
-    for name, record in run_records(controls).items():
+    for name, record in theirs.items():
         if (record.get("run") or {}).get("method") != control or record.get("status") != "ok":
             continue
-        why = run_mismatch(protocol, name, record)
+        config = {k: v for k, v in (record.get("config") or {}).items() if k in sections}
+        why = run_mismatch(protocol, name, {**record, "config": config})
         if why:
             raise ValueError(f"{controls / 'runs' / name} is not a run of {folder}'s protocol: {why}")
         found.append(record)
+    if not found:
+        raise ValueError(f"{controls}: no finished {control} run")
+    admitted = admitted_codes(controls, theirs)
+    for name, record in run_records(folder).items():
+        code = str(record.get("code", "unknown"))
+        if (record.get("run") or {}).get("method") == method and record.get("status") == "ok" and code not in admitted:
+            raise ValueError(f"{folder / 'runs' / name} was made by code {code[:12]}, which {controls} does not "
+                             f"admit: its controls may differ from what this code makes of them (run a sweep there "
+                             f"with --reproduce-check)")
     return found
 
 
@@ -147,7 +161,6 @@ def summarise(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
         difference = compare_seeds({site: paired}) if paired else None
         out.append({"held_out": site, "seeds": len(mine), "mean_departure": mean("mean_departure"),
                     "sign_persistence": mean("sign_persistence"), "lag1_correlation": mean("lag1_correlation"),
-                    "dice_minus_control": mean("dice_minus_control"),
                     "difference": None if difference is None else difference.to_dict(),
                     "heaviest": dict(heaviest.most_common())})
     return out
@@ -160,10 +173,13 @@ def _f(value: float | None, signed: bool = False) -> str:
 def _difference(summary: dict[str, Any]) -> str:
     """The mean seed difference to the control, with its interval and p-value when the seeds give them."""
     d = summary["difference"]
-    text = _f(summary["dice_minus_control"], True)
-    if d and d["low"] is not None:
-        text += f" [{d['low']:+.3f}, {d['high']:+.3f}], p {d['p']['value']:.3f}"
-    return text
+    if not d:
+        return "-"
+    text = f"{d['mean']:+.3f}"
+    if d["low"] is not None:
+        p = d["p"]
+        text += f" [{d['low']:+.3f}, {d['high']:+.3f}], p {'< ' if p['kind'] == 'bound' else ''}{p['value']:.3f}"
+    return f"{text} ({d['n_seeds']} seeds)"
 
 
 def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], command: str, method: str,
@@ -210,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = load_records(args.folder)
     if args.controls:
         try:
-            controls = controls_from(args.folder, args.controls, args.control)
+            controls = controls_from(args.folder, args.controls, args.control, args.method)
         except ValueError as e:
             print(e, file=sys.stderr)
             return 2

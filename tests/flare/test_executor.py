@@ -152,6 +152,18 @@ def test_generalization_gap_is_the_received_models_loss_minus_the_previous_local
     assert round1.meta[GENERALIZATION_GAP] == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.parametrize("split, sends", [("val", False), ("train", True)])
+def test_without_a_validation_split_only_the_training_split_gap_is_sent(tmp_path, exp, split, sends):
+    exp["data"]["val_fraction"] = 0.0
+    exp["ga"] = {"gap_split": split}
+    fl_ctx, _ = _context(tmp_path, "HK", exp, {"gap": GeneralizationGap()})
+    weights = _global_weights(exp)
+    FedDGExecutor(site_hooks=["gap"]).execute(FedDGTask.TRAIN, _task(weights, 0), fl_ctx, Signal())
+    round1 = FedDGExecutor(site_hooks=["gap"]).execute(FedDGTask.TRAIN, _task(weights, 1), fl_ctx, Signal())
+    assert round1.get_return_code(ReturnCode.OK) == ReturnCode.OK
+    assert (GENERALIZATION_GAP in from_shareable(round1).meta) is sends
+
+
 def test_no_gap_unless_the_job_asks_for_it(tmp_path, exp):
     fl_ctx, _ = _context(tmp_path, "HK", exp, {"gap": GeneralizationGap()})  # a component no executor names
     weights = _global_weights(exp)

@@ -242,6 +242,14 @@ def case_scores_of(report: dict[str, Any]) -> dict[str, Any]:
             for model, evaluation in report.get("models", {}).items()}
 
 
+def admitted_codes(out: Path, records: dict[str, dict]) -> set[str]:
+    """The code fingerprints whose runs belong in the folder ``out`` with ``records``: the codes of its finished
+    runs and each code a reproduce check admitted (``sweep.json``'s ``code_evidence``)."""
+    evidence = read_json(out / SWEEP_FILE).get("code_evidence", [])
+    return ({str(r.get("code", "unknown")) for r in records.values() if r.get("status") == "ok"}
+            | {e["to_code"] for e in evidence})
+
+
 def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout: float, reproduce: bool,
                report: Callable[[str], None], executor: CellExecutor | None = None) -> None:
     """Refuse to add runs made by code other than the folder's (see the module docstring); with ``reproduce``,
@@ -255,8 +263,7 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
     evidence = list(recorded.get("code_evidence", []))
     finished = {rid: r for rid, r in sorted(records.items()) if r.get("status") == "ok"}
     made_by = sorted({str(r.get("code", "unknown")) for r in finished.values()})
-    accepted = set(made_by) | {e["to_code"] for e in evidence}
-    if current in accepted or not finished:
+    if current in admitted_codes(out, records) or not finished:
         return
     if not reproduce:
         raise ConfigError(

@@ -2,8 +2,9 @@
 
     G_i^r = L(theta^r; D_i) - L(theta_i^{r-1}; D_i)
 
-the loss (Dice loss, the training loss, without augmentation) of the received global model minus the loss the
-site's own model had right after the previous round's local training, both on the split ``ga.gap_split`` names.
+the loss of the received global model minus the loss the site's own model had right after the previous round's
+local training, both on the split ``ga.gap_split`` names: the training loss (Dice loss, pooled over the split's
+images, :func:`feddg.evaluation.split_loss`) on its images as loaded, without augmentation.
 One scalar per site and round leaves the site (``generalization_gap``); none in round 0, after a round the site
 missed, or when that split is empty.
 
@@ -28,8 +29,8 @@ class GeneralizationGap(TrainingHook):
     post-training model on the gap's split as its state."""
 
     def before_training(self, ctx: TrainingContext, model: torch.nn.Module) -> dict[str, float]:
-        previous = ctx.state
-        if previous.get("round") != ctx.round - 1 or "local_loss" not in previous:
+        previous, split = ctx.state, ctx.cfg.ga.gap_split
+        if previous.get("round") != ctx.round - 1 or previous.get("split") != split or "local_loss" not in previous:
             return {}
         loss = _loss(ctx, model, received=True)
         return {} if loss is None else {GENERALIZATION_GAP: loss - previous["local_loss"]}
@@ -38,7 +39,7 @@ class GeneralizationGap(TrainingHook):
         ctx.state.clear()
         loss = _loss(ctx, model, received=False)
         if loss is not None:
-            ctx.state.update(round=ctx.round, local_loss=loss)
+            ctx.state.update(round=ctx.round, split=ctx.cfg.ga.gap_split, local_loss=loss)
         return {}
 
 

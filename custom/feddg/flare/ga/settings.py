@@ -19,6 +19,6 @@ class GASettings(Settings):
         "the paper's Table 3 control (step 0)"))
     gap_split: Literal["val", "train"] = Field("val", description=(
         "the site split both losses of the generalization gap (Eq. 2's G_i) are measured on: 'val', the site's "
-        "validation split (one extra pass over it per round; the authors' released code does the same), or "
+        "validation split, the split the authors' released code uses (one extra pass over it per round), or "
         "'train', the paper's empirical risk on the training set (two extra passes over it per round, without "
         "augmentation)"))
