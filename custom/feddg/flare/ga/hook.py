@@ -8,10 +8,11 @@ images, :func:`feddg.evaluation.split_loss`) on its images as loaded, without au
 One scalar per site and round leaves the site (``generalization_gap``); none in round 0, after a round the site
 missed, or when that split is empty.
 
-``ga.gap_split: val`` (the default) departs from the paper, which takes both losses on the site's training set
-(the empirical risk on D_i-hat, Algorithm 1); the authors' released code takes them on the validation split, as
-this default does. ``ga.gap_split: train`` is the paper's. docs/methods.md states what was measured between
-the two; ``benchmarks/ga_gaps.py`` measures how much the gaps' noise moves the weights in a result set.
+``ga.gap_split: train`` (the default) is the paper's: the empirical risk on the site's training set (Algorithm 1).
+``ga.gap_split: val`` takes both losses on the validation split, as the authors' released code does; on the fundus
+benchmark its gaps (4 validation images per site) made GA fall behind uniform weighting where the training-set
+gaps did not (docs/methods.md, ``benchmarks/results/ga_gap_fundus``). ``benchmarks/ga_gaps.py`` measures what the
+gaps did to the weights in a result set.
 """
 
 from __future__ import annotations
