@@ -36,6 +36,10 @@ CSV_FIELDS = ["task", "method", "held_out", "seed", "status", "model", "site", "
               "metric", "mean", "std", "n_cases"]
 
 
+# The fields of a run record that results.json repeats (the rest is read from the run's own run.json).
+RUN_SUMMARY = ("run", "run_id", "status", "reason", "wall_s", "ended_at", "log", "simulator_args", "code", "executor")
+
+
 def load_records(out: Path) -> list[dict[str, Any]]:
     """Every run's record in a results folder, in run-id order; an interrupted run is not a result (it is run again
     on resume), and shows as not run."""
@@ -506,10 +510,10 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
                                   "holm_p": e["holm_p"].to_dict() if "holm_p" in e else None,
                                   "verdict": verdict(m, e, c["baseline"], len(held_out), c["family"])}
                               for m, e in c["methods"].items()} for c in stats}
-    # Each run's report (per-round history, per-case scores) stays in its runs/<id>/run.json, the sweep's one record
-    # of the run; results.json names that file instead of holding a second copy (the copies made it 3 MB for 28 runs).
-    runs = [{**{k: v for k, v in r.items() if k != "report"}, "record": f"runs/{r['run_id']}/{RUN_FILE}"}
-            for r in records]
+    # Each run's report (per-round history, per-case scores), config and kept server files (GA's weight history)
+    # stay in its runs/<id>/run.json, the sweep's one record of the run; results.json names that file and keeps only
+    # what says which run it was and how it ended (second copies made it 3 MB for 28 runs, then 2 MB for 144).
+    runs = [{**{k: r[k] for k in RUN_SUMMARY if k in r}, "record": f"runs/{r['run_id']}/{RUN_FILE}"} for r in records]
     write_json(out / "results.json", {"protocol": protocol, "machine": machine_info(),
                                       "versions": software_versions(), "machine_time": spent,
                                       "pooled_seed_sd": pooled_seed_sd(seed_spread(records)),
