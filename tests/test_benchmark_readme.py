@@ -96,5 +96,6 @@ def test_the_front_page_headline_is_generated_from_a_committed_seeded_result_set
                if line.startswith("<!-- verdicts: ")]
     assert folders and not [f for f in folders if "/archive/" in f]
     for folder in folders:
-        assert f"<!-- verdicts: {folder} -->\n- **" in readme
+        block = readme.split(f"<!-- verdicts: {folder} -->\n", 1)[1].split("<!-- /results -->", 1)[0]
+        assert block.startswith("From ") and "\n- **" in block, "the basis of the verdicts, then the verdicts"
         assert main([str(ROOT / "README.md"), folder, "--root", str(ROOT), "--check"]) == 0

@@ -342,6 +342,27 @@ def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
     assert saved["comparisons"]["fedavg"]["ga"]["verdict"].startswith("**ga** vs fedavg")
 
 
+def test_the_verdicts_open_with_the_runs_the_seeds_the_seed_sd_and_the_machine_time():
+    """The front page quotes only the generated verdicts: they say themselves what they rest on and cost."""
+    from feddg.benchmark.readme import verdicts
+    from feddg.benchmark.results import comparisons, markdown
+
+    records = []
+    for site, values in {"BMC": [0.5, 0.6, 0.7], "HK": [0.4, 0.4, 0.4]}.items():  # seed variances 0.01 and 0
+        for seed, value in enumerate(values):
+            for method, effect in (("fedavg", 0.0), ("ga", 0.02)):
+                records.append(_prostate_record(method, site, seed, [value + effect] * 4))
+    records.append({**_prostate_record("ga", "HK", 3, [0.5] * 4), "wall_s": 240.0})  # one cell with 4 seeds
+    stats = [comparisons(records, "fedavg", ["BMC", "HK"], n_resamples=200)]
+    quoted = verdicts(markdown(records, stats, ["fedavg", "ga"], ["BMC", "HK"]))
+    # 13 runs, one at a time: 12 x 60 s + 240 s = 0.27 hours, 48.75 runs per hour; pooled SD: the root of the
+    # mean of the 4 cells' variances (0.01, 0.01, 0, and HK ga's 0.0016 over its 4 seeds), sqrt(0.0054) = 0.073
+    assert quoted.startswith(
+        "From 13 finished runs, 3-4 seeds per cell; retraining alone moves one run's held-out Dice by a pooled seed "
+        "SD of 0.073. The folder's runs took 0.3 hours of wall time (runs at once counted once; 0.3 run-hours), "
+        "48.8 runs per hour (run by unrecorded: 13).\n\n- **ga** vs fedavg")
+
+
 def test_pooled_seed_sd_is_the_root_of_the_mean_cell_variance():
     from feddg.benchmark.results import pooled_seed_sd, seed_spread
 

@@ -322,7 +322,7 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
                                           any(m == method for m, _ in table) else "not run yet.")
                   for method in methods if method not in finished]
     if stats or unfinished:
-        lines += ["### What the evidence supports (generated from the table above)", ""]
+        lines += ["### What the evidence supports (generated from the table above)", "", evidence_basis(records), ""]
         for comparison in stats:
             for method, entry in comparison["methods"].items():
                 lines.append(f"- {verdict(method, entry, comparison['baseline'], len(held_out), comparison['family'])}")
@@ -449,6 +449,28 @@ def machine_time(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "runs_by_executor": dict(sorted(executors.items()))}
 
 
+def time_spent(spent: dict[str, Any]) -> str:
+    """:func:`machine_time`'s figures as a phrase: ``5.1 hours of wall time (runs at once counted once; 9.9
+    run-hours), 31.1 runs per hour (run by local: 160)``."""
+    return (f"{spent['wall_hours']:.1f} hours of wall time (runs at once counted once; {spent['run_hours']:.1f} "
+            f"run-hours), {spent['runs_per_hour']:.1f} runs per hour (run by "
+            f"{', '.join(f'{name}: {n}' for name, n in spent['runs_by_executor'].items())})")
+
+
+def evidence_basis(records: Sequence[dict[str, Any]]) -> str:
+    """The sentence that opens the generated verdicts: how many finished runs and seeds per cell they rest on, the
+    machine time the folder's runs took, and the pooled seed SD (how far retraining alone moves one run), so that a
+    page quoting only the verdicts (the front page) still says what they cost and how noisy one run is."""
+    counts = sorted({len(per_seed) for per_seed in seed_dice(records).values()}) or [0]
+    seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    pooled = pooled_seed_sd(seed_spread(records))
+    noise = (f"; retraining alone moves one run's held-out Dice by a pooled seed SD of {pooled['sd']:.3f}"
+             if pooled else "")
+    finished = sum(r.get("status") == "ok" for r in records)
+    return (f"From {finished} finished runs, {seeds} seed{'s' if counts[-1] != 1 else ''} per cell{noise}. The "
+            f"folder's runs took {time_spent(machine_time(records))}.")
+
+
 def _how_to_read(protocol: dict[str, Any]) -> str:
     synthetic = protocol.get("overrides", {}).get("data", {}).get("root") is None
     data = ("These are results on the project's synthetic data (64 px by default, sites that differ in style, "
@@ -496,10 +518,7 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
               f"{sum(r['status'] == 'ok' for r in records)} of {len(records)} recorded runs finished"
               f"{_of_design(design, records)} "
-              f"({software_of_runs(records)}; code {code_of_runs(records)}); {spent['wall_hours']:.1f} hours of "
-              f"wall time (runs at once counted once; {spent['run_hours']:.1f} run-hours), "
-              f"{spent['runs_per_hour']:.1f} runs per hour (run by "
-              f"{', '.join(f'{name}: {n}' for name, n in spent['runs_by_executor'].items())}); scores of the "
+              f"({software_of_runs(records)}; code {code_of_runs(records)}); {time_spent(spent)}; scores of the "
               f"held-out site's test cases, "
               f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
               _how_to_read(protocol), ""]
@@ -522,5 +541,6 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
             "plots": figures}
 
 
-__all__ = ["BASELINES", "case_scores", "comparisons", "load_records", "machine_time", "markdown", "plots",
-           "pooled_seed_sd", "seed_dice", "seed_spread", "software_of_runs", "tidy_rows", "verdict", "write_results"]
+__all__ = ["BASELINES", "case_scores", "comparisons", "evidence_basis", "load_records", "machine_time", "markdown",
+           "plots", "pooled_seed_sd", "seed_dice", "seed_spread", "software_of_runs", "tidy_rows", "time_spent",
+           "verdict", "write_results"]
