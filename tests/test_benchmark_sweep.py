@@ -358,9 +358,27 @@ def test_the_verdicts_open_with_the_runs_the_seeds_the_seed_sd_and_the_machine_t
     # 13 runs, one at a time: 12 x 60 s + 240 s = 0.27 hours, 48.75 runs per hour; pooled SD: the root of the
     # mean of the 4 cells' variances (0.01, 0.01, 0, and HK ga's 0.0016 over its 4 seeds), sqrt(0.0054) = 0.073
     assert quoted.startswith(
-        "From 13 finished runs, 3-4 seeds per cell; retraining alone moves one run's held-out Dice by a pooled seed "
-        "SD of 0.073. The folder's runs took 0.3 hours of wall time (runs at once counted once; 0.3 run-hours), "
-        "48.8 runs per hour (run by unrecorded: 13).\n\n- **ga** vs fedavg")
+        "From 13 finished runs, 3-4 seeds per cell; how far retraining alone moves one run's held-out Dice: a pooled "
+        "seed SD of 0.073 (over 4 cells). The folder's 13 recorded runs took 0.3 hours of wall time (runs at once "
+        "counted once; 0.3 run-hours), 48.8 runs per hour (run by unrecorded: 13).\n\n- **ga** vs fedavg")
+
+    # a folder made a part at a time, with a failed run: the cells not run yet and the failure are said
+    part = [r for r in records if r["run"]["held_out"] == "BMC" and r["run"]["seed"] == 0]
+    part.append({**_prostate_record("ga", "BMC", 1, [0.5] * 4), "status": "failed"})
+    stats = [comparisons(part, "fedavg", ["BMC", "HK"], n_resamples=200)]
+    assert verdicts(markdown(part, stats, ["fedavg", "ga"], ["BMC", "HK"])).startswith(
+        "From 2 finished runs, 1 seed per cell in 2 of 4 cells. The folder's 3 recorded runs (2 finished, 1 not) "
+        "took 0.1 hours of wall time")
+
+
+def test_the_basis_of_a_folder_where_nothing_finished_says_so():
+    from feddg.benchmark.results import evidence_basis
+
+    assert evidence_basis([], 4) == "No run has finished yet."
+    failed = {**_prostate_record("ga", "BMC", 0, [0.5] * 4), "status": "failed", "executor": {"executor": "local"}}
+    assert evidence_basis([failed], 4) == (
+        "No run has finished yet. The folder's 1 recorded run took 0.0 hours of wall time (runs at once counted once; "
+        "0.0 run-hours), 60.0 runs per hour (run by local: 1).")
 
 
 def test_pooled_seed_sd_is_the_root_of_the_mean_cell_variance():

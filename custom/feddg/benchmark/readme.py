@@ -13,7 +13,8 @@ for each quoted folder, a block between two markers::
 and this rewrites the block with the folder's Dice sections (the Dice tables, each seed's values, the differences to
 the baselines with their intervals and the generated sentences on what the evidence supports; HD95 and ASD stay in
 ``results.md``), under the protocol line and the note on how to read them. A block opened by
-``<!-- verdicts: FOLDER -->`` instead holds only the generated sentences: the front page's headline
+``<!-- verdicts: FOLDER -->`` instead holds only the generated sentences (what they rest on and cost, then one
+verdict per method and baseline): the front page's headline
 (``python -m feddg.benchmark.readme README.md benchmarks/results/loso_fundus_seeds``). ``--check`` rewrites nothing and
 exits 1 when a block differs from what its folder gives (the test suite runs it on the committed page and README).
 """
@@ -42,8 +43,8 @@ def dice_sections(results_md: str) -> str:
 
 
 def verdicts(results_md: str) -> str:
-    """The generated sentences of a ``results.md`` (the body of each section titled "What the evidence ..."),
-    without their titles: the headline the front page quotes."""
+    """The generated sentences of a ``results.md`` (the body of each section titled "What the evidence ...": what
+    the verdicts rest on and cost, then the verdicts), without their titles: the headline the front page quotes."""
     _, *sections = re.split(r"^(?=### )", results_md, flags=re.MULTILINE)
     return "\n\n".join(s.split("\n", 1)[1].strip() for s in sections if s[4:].startswith(VERDICTS)).strip()
 

@@ -267,7 +267,8 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
              held_out: Sequence[str]) -> str:
     """The papers' layout: rows methods, columns each held-out site and the average; one table per metric and
     structure (fundus: disc, cup, their mean), each cell the mean over seeds ± the seed SD (seed count); then each
-    seed's held-out Dice, the differences to each baseline in ``stats`` and what the evidence supports."""
+    seed's held-out Dice, the differences to each baseline in ``stats`` and what the evidence supports, opened by
+    :func:`evidence_basis`."""
     table = cells(records)
     layouts = {r.get("config", {}).get("data", {}).get("layout") for r in records}
     unit = "mm" if any(name in LAYOUTS and LAYOUTS[name].volumes for name in layouts) else "px"  # volumes: voxel mm
@@ -295,9 +296,9 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
         seeds = sorted({seed for per_seed in spread.values() for seed in per_seed})
         pooled = pooled_seed_sd(spread)
         lines += ["### Seed values: held-out Dice of each training seed", "",
-                  f"Pooled seed SD {pooled['sd']:.3f} (over {pooled['cells']} cells, {pooled['runs']} runs: the root "
-                  f"of the mean of the cells' variances over seeds): how far retraining alone moves one run's held-out "
-                  f"Dice.", "",
+                  f"Pooled seed SD {pooled['sd']:.3f} (over {_plural(pooled['cells'], 'cell')}, "
+                  f"{_plural(pooled['runs'], 'run')}: the root of the mean of the cells' variances over seeds): "
+                  f"{RETRAINING}.", "",
                   "| method | held-out | " + " | ".join(f"seed {s}" for s in seeds) + " | max - min |",
                   "|---|---|" + "---|" * (len(seeds) + 1)]
         for (method, site), per_seed in spread.items():
@@ -322,7 +323,8 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
                                           any(m == method for m, _ in table) else "not run yet.")
                   for method in methods if method not in finished]
     if stats or unfinished:
-        lines += ["### What the evidence supports (generated from the table above)", "", evidence_basis(records), ""]
+        lines += ["### What the evidence supports (generated from the table above)", "",
+                  evidence_basis(records, len(methods) * len(held_out)), ""]
         for comparison in stats:
             for method, entry in comparison["methods"].items():
                 lines.append(f"- {verdict(method, entry, comparison['baseline'], len(held_out), comparison['family'])}")
@@ -449,26 +451,41 @@ def machine_time(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "runs_by_executor": dict(sorted(executors.items()))}
 
 
+RETRAINING = "how far retraining alone moves one run's held-out Dice"  # what the pooled seed SD measures
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def time_spent(spent: dict[str, Any]) -> str:
     """:func:`machine_time`'s figures as a phrase: ``5.1 hours of wall time (runs at once counted once; 9.9
     run-hours), 31.1 runs per hour (run by local: 160)``."""
+    executors = ", ".join(f"{name}: {n}" for name, n in spent["runs_by_executor"].items())
     return (f"{spent['wall_hours']:.1f} hours of wall time (runs at once counted once; {spent['run_hours']:.1f} "
-            f"run-hours), {spent['runs_per_hour']:.1f} runs per hour (run by "
-            f"{', '.join(f'{name}: {n}' for name, n in spent['runs_by_executor'].items())})")
+            f"run-hours), {spent['runs_per_hour']:.1f} runs per hour" + (f" (run by {executors})" if executors else ""))
 
 
-def evidence_basis(records: Sequence[dict[str, Any]]) -> str:
-    """The sentence that opens the generated verdicts: how many finished runs and seeds per cell they rest on, the
-    machine time the folder's runs took, and the pooled seed SD (how far retraining alone moves one run), so that a
-    page quoting only the verdicts (the front page) still says what they cost and how noisy one run is."""
-    counts = sorted({len(per_seed) for per_seed in seed_dice(records).values()}) or [0]
-    seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-    pooled = pooled_seed_sd(seed_spread(records))
-    noise = (f"; retraining alone moves one run's held-out Dice by a pooled seed SD of {pooled['sd']:.3f}"
-             if pooled else "")
+def evidence_basis(records: Sequence[dict[str, Any]], n_cells: int) -> str:
+    """The sentences that open the generated verdicts: the finished runs and the seeds per cell they rest on (of
+    ``n_cells``, the table's method x held-out cells), the pooled seed SD with the cells it pools, and the machine
+    time the folder's recorded runs took (failed ones too), so that a page quoting only the verdicts (the front
+    page) says what they rest on, how noisy one run is and what they cost."""
     finished = sum(r.get("status") == "ok" for r in records)
-    return (f"From {finished} finished runs, {seeds} seed{'s' if counts[-1] != 1 else ''} per cell{noise}. The "
-            f"folder's runs took {time_spent(machine_time(records))}.")
+    if not finished:
+        return "No run has finished yet." + (f" The folder's {_plural(len(records), 'recorded run')} took "
+                                              f"{time_spent(machine_time(records))}." if records else "")
+    per_cell = seed_dice(records)
+    counts = sorted({len(per_seed) for per_seed in per_cell.values()})
+    seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    of_cells = f" in {len(per_cell)} of {n_cells} cells" if len(per_cell) < n_cells else ""
+    pooled = pooled_seed_sd(seed_spread(records))
+    noise = (f"; {RETRAINING}: a pooled seed SD of {pooled['sd']:.3f} (over {_plural(pooled['cells'], 'cell')})"
+             if pooled else "")
+    failed = f" ({finished} finished, {len(records) - finished} not)" if finished < len(records) else ""
+    return (f"From {_plural(finished, 'finished run')}, {seeds} seed{'' if counts[-1] == 1 else 's'} per cell"
+            f"{of_cells}{noise}. The folder's {_plural(len(records), 'recorded run')}{failed} took "
+            f"{time_spent(machine_time(records))}.")
 
 
 def _how_to_read(protocol: dict[str, Any]) -> str:
