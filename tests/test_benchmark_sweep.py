@@ -372,11 +372,11 @@ def test_the_verdicts_open_with_the_runs_the_seeds_the_seed_sd_and_the_machine_t
 
 
 def test_the_basis_of_a_folder_where_nothing_finished_says_so():
-    from feddg.benchmark.results import evidence_basis
+    from feddg.benchmark.results import evidence_basis, machine_time
 
-    assert evidence_basis([], 4) == "No run has finished yet."
+    assert evidence_basis([], 4, machine_time([]), None) == "No run has finished yet."
     failed = {**_prostate_record("ga", "BMC", 0, [0.5] * 4), "status": "failed", "executor": {"executor": "local"}}
-    assert evidence_basis([failed], 4) == (
+    assert evidence_basis([failed], 4, machine_time([failed]), None) == (
         "No run has finished yet. The folder's 1 recorded run took 0.0 hours of wall time (runs at once counted once; "
         "0.0 run-hours), 60.0 runs per hour (run by local: 1).")
 

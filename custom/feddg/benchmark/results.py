@@ -264,12 +264,14 @@ def _cell(values: Sequence[float], metric: str) -> str:
 
 
 def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]], methods: Sequence[str],
-             held_out: Sequence[str]) -> str:
+             held_out: Sequence[str], spent: dict[str, Any] | None = None) -> str:
     """The papers' layout: rows methods, columns each held-out site and the average; one table per metric and
     structure (fundus: disc, cup, their mean), each cell the mean over seeds ± the seed SD (seed count); then each
     seed's held-out Dice, the differences to each baseline in ``stats`` and what the evidence supports, opened by
-    :func:`evidence_basis`."""
+    :func:`evidence_basis` (``spent``: :func:`machine_time` of ``records`` when the caller has it already)."""
     table = cells(records)
+    spread = seed_spread(records)
+    pooled = pooled_seed_sd(spread)
     layouts = {r.get("config", {}).get("data", {}).get("layout") for r in records}
     unit = "mm" if any(name in LAYOUTS and LAYOUTS[name].volumes for name in layouts) else "px"  # volumes: voxel mm
     lines = []
@@ -291,10 +293,8 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
                 average = float(np.mean(means)) if len(means) == len(held_out) else None
                 lines.append(f"| {method} | " + " | ".join(row) + f" | {_fmt(average, metric)} |")
             lines.append("")
-    spread = seed_spread(records)
-    if spread:
+    if pooled:
         seeds = sorted({seed for per_seed in spread.values() for seed in per_seed})
-        pooled = pooled_seed_sd(spread)
         lines += ["### Seed values: held-out Dice of each training seed", "",
                   f"Pooled seed SD {pooled['sd']:.3f} (over {_plural(pooled['cells'], 'cell')}, "
                   f"{_plural(pooled['runs'], 'run')}: the root of the mean of the cells' variances over seeds): "
@@ -324,7 +324,8 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
                   for method in methods if method not in finished]
     if stats or unfinished:
         lines += ["### What the evidence supports (generated from the table above)", "",
-                  evidence_basis(records, len(methods) * len(held_out)), ""]
+                  evidence_basis(records, len(methods) * len(held_out),
+                                 machine_time(records) if spent is None else spent, pooled), ""]
         for comparison in stats:
             for method, entry in comparison["methods"].items():
                 lines.append(f"- {verdict(method, entry, comparison['baseline'], len(held_out), comparison['family'])}")
@@ -466,26 +467,27 @@ def time_spent(spent: dict[str, Any]) -> str:
             f"run-hours), {spent['runs_per_hour']:.1f} runs per hour" + (f" (run by {executors})" if executors else ""))
 
 
-def evidence_basis(records: Sequence[dict[str, Any]], n_cells: int) -> str:
+def evidence_basis(records: Sequence[dict[str, Any]], n_cells: int, spent: dict[str, Any],
+                   pooled: dict[str, Any] | None) -> str:
     """The sentences that open the generated verdicts: the finished runs and the seeds per cell they rest on (of
-    ``n_cells``, the table's method x held-out cells), the pooled seed SD with the cells it pools, and the machine
-    time the folder's recorded runs took (failed ones too), so that a page quoting only the verdicts (the front
-    page) says what they rest on, how noisy one run is and what they cost."""
+    ``n_cells``, the table's method x held-out cells), the pooled seed SD with the cells it pools (``pooled``:
+    :func:`pooled_seed_sd` of ``records``), and the machine time the folder's recorded runs took, failed ones too
+    (``spent``: :func:`machine_time` of ``records``), so that a page quoting only the verdicts (the front page) says
+    what they rest on, how noisy one run is and what they cost."""
     finished = sum(r.get("status") == "ok" for r in records)
+    took = f"took {time_spent(spent)}."
     if not finished:
-        return "No run has finished yet." + (f" The folder's {_plural(len(records), 'recorded run')} took "
-                                              f"{time_spent(machine_time(records))}." if records else "")
+        return "No run has finished yet." + (f" The folder's {_plural(len(records), 'recorded run')} {took}"
+                                              if records else "")
     per_cell = seed_dice(records)
     counts = sorted({len(per_seed) for per_seed in per_cell.values()})
     seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     of_cells = f" in {len(per_cell)} of {n_cells} cells" if len(per_cell) < n_cells else ""
-    pooled = pooled_seed_sd(seed_spread(records))
     noise = (f"; {RETRAINING}: a pooled seed SD of {pooled['sd']:.3f} (over {_plural(pooled['cells'], 'cell')})"
              if pooled else "")
     failed = f" ({finished} finished, {len(records) - finished} not)" if finished < len(records) else ""
     return (f"From {_plural(finished, 'finished run')}, {seeds} seed{'' if counts[-1] == 1 else 's'} per cell"
-            f"{of_cells}{noise}. The folder's {_plural(len(records), 'recorded run')}{failed} took "
-            f"{time_spent(machine_time(records))}.")
+            f"{of_cells}{noise}. The folder's {_plural(len(records), 'recorded run')}{failed} {took}")
 
 
 def _how_to_read(protocol: dict[str, Any]) -> str:
@@ -539,7 +541,7 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
               f"held-out site's test cases, "
               f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
               _how_to_read(protocol), ""]
-    (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out))
+    (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out, spent))
     figures = plots(records, out / "plots", methods, held_out)
     serial = {c["baseline"]: {m: {"sites": {s: d.to_dict() for s, d in e["sites"].items()},
                                   "average": e["average"].to_dict() if "average" in e else None,
