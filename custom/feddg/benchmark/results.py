@@ -52,6 +52,11 @@ def label_names(record: dict[str, Any]) -> list[str]:
     return list(experiment_from_dict(record["config"]).data.label_names)
 
 
+def finished(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs that finished (status ``ok``): the only ones with scores."""
+    return [r for r in records if r.get("status") == "ok"]
+
+
 def reported_model(record: dict[str, Any]) -> str:
     return record["report"].get("reported_model", "final")
 
@@ -246,7 +251,7 @@ def verdict(method: str, entry: dict[str, Any], baseline: str, n_sites: int, fam
 
 
 def _views(records: Sequence[dict[str, Any]]) -> list[str]:
-    names = next((label_names(r) for r in records if r.get("status") == "ok"), ["dice"])
+    names = next((label_names(r) for r in finished(records)), ["dice"])
     return names + (["mean"] if len(names) > 1 else [])
 
 
@@ -264,14 +269,16 @@ def _cell(values: Sequence[float], metric: str) -> str:
 
 
 def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]], methods: Sequence[str],
-             held_out: Sequence[str], spent: dict[str, Any] | None = None) -> str:
+             held_out: Sequence[str], spent: dict[str, Any] | None = None,
+             pooled: dict[str, Any] | None = None) -> str:
     """The papers' layout: rows methods, columns each held-out site and the average; one table per metric and
     structure (fundus: disc, cup, their mean), each cell the mean over seeds ± the seed SD (seed count); then each
     seed's held-out Dice, the differences to each baseline in ``stats`` and what the evidence supports, opened by
-    :func:`evidence_basis` (``spent``: :func:`machine_time` of ``records`` when the caller has it already)."""
+    :func:`evidence_basis` (``spent``, ``pooled``: :func:`machine_time` and :func:`pooled_seed_sd` of ``records``
+    when the caller has them already)."""
     table = cells(records)
     spread = seed_spread(records)
-    pooled = pooled_seed_sd(spread)
+    pooled = pooled_seed_sd(spread) if pooled is None else pooled
     layouts = {r.get("config", {}).get("data", {}).get("layout") for r in records}
     unit = "mm" if any(name in LAYOUTS and LAYOUTS[name].volumes for name in layouts) else "px"  # volumes: voxel mm
     lines = []
@@ -318,10 +325,10 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
             holm_p = entry["holm_p"].format() if "holm_p" in entry else "-"
             lines.append(f"| {method} | " + " | ".join(row) + f" | {average} | {holm_p} |")
         lines.append("")
-    finished = {r["run"]["method"] for r in records if r.get("status") == "ok"}
+    scored = {r["run"]["method"] for r in finished(records)}
     unfinished = [f"- **{method}**: " + ("every run failed (see the runs' run.json)." if
                                           any(m == method for m, _ in table) else "not run yet.")
-                  for method in methods if method not in finished]
+                  for method in methods if method not in scored]
     if stats or unfinished:
         lines += ["### What the evidence supports (generated from the table above)", "",
                   evidence_basis(records, len(methods) * len(held_out),
@@ -351,7 +358,7 @@ def plots(records: Sequence[dict[str, Any]], out: Path, methods: Sequence[str], 
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    ok = [r for r in records if r.get("status") == "ok"]
+    ok = finished(records)
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for method in methods:
@@ -411,15 +418,15 @@ def _in_order(present: set[str], order: Sequence[str]) -> list[str]:
 
 def code_of_runs(records: Sequence[dict[str, Any]]) -> str:
     """The code fingerprints of the finished runs (:func:`feddg.report.code_fingerprint`), shortened, with counts."""
-    counts = Counter(str(r.get("code", "unknown"))[:12] for r in records if r.get("status") == "ok")
-    return ", ".join(f"{v} ({n} run{'s' if n != 1 else ''})" for v, n in sorted(counts.items()))
+    counts = Counter(str(r.get("code", "unknown"))[:12] for r in finished(records))
+    return ", ".join(f"{v} ({_plural(n, 'run')})" for v, n in sorted(counts.items()))
 
 
 def software_of_runs(records: Sequence[dict[str, Any]], dist: str = "feddg-flare") -> str:
     """Which versions of ``dist`` produced the finished runs, e.g. ``feddg-flare 0.1.0 (22 runs), 0.1.1 (28 runs)``:
     a folder that a sweep resumed across a release says so in its tables, not only in results.json."""
-    counts = Counter(r["report"].get("versions", {}).get(dist, "unknown") for r in records if r.get("status") == "ok")
-    return f"{dist} " + ", ".join(f"{v} ({n} run{'s' if n != 1 else ''})" for v, n in sorted(counts.items()))
+    counts = Counter(r["report"].get("versions", {}).get(dist, "unknown") for r in finished(records))
+    return f"{dist} " + ", ".join(f"{v} ({_plural(n, 'run')})" for v, n in sorted(counts.items()))
 
 
 def machine_time(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -474,9 +481,9 @@ def evidence_basis(records: Sequence[dict[str, Any]], n_cells: int, spent: dict[
     :func:`pooled_seed_sd` of ``records``), and the machine time the folder's recorded runs took, failed ones too
     (``spent``: :func:`machine_time` of ``records``), so that a page quoting only the verdicts (the front page) says
     what they rest on, how noisy one run is and what they cost."""
-    finished = sum(r.get("status") == "ok" for r in records)
+    n_finished = len(finished(records))
     took = f"took {time_spent(spent)}."
-    if not finished:
+    if not n_finished:
         return "No run has finished yet." + (f" The folder's {_plural(len(records), 'recorded run')} {took}"
                                               if records else "")
     per_cell = seed_dice(records)
@@ -485,8 +492,8 @@ def evidence_basis(records: Sequence[dict[str, Any]], n_cells: int, spent: dict[
     of_cells = f" in {len(per_cell)} of {n_cells} cells" if len(per_cell) < n_cells else ""
     noise = (f"; {RETRAINING}: a pooled seed SD of {pooled['sd']:.3f} (over {_plural(pooled['cells'], 'cell')})"
              if pooled else "")
-    failed = f" ({finished} finished, {len(records) - finished} not)" if finished < len(records) else ""
-    return (f"From {_plural(finished, 'finished run')}, {seeds} seed{'' if counts[-1] == 1 else 's'} per cell"
+    failed = f" ({n_finished} finished, {len(records) - n_finished} not)" if n_finished < len(records) else ""
+    return (f"From {_plural(n_finished, 'finished run')}, {seeds} seed{'' if counts[-1] == 1 else 's'} per cell"
             f"{of_cells}{noise}. The folder's {_plural(len(records), 'recorded run')}{failed} {took}")
 
 
@@ -510,7 +517,7 @@ def _of_design(design: Design, records: Sequence[dict[str, Any]]) -> str:
     asked = {(m, site, k) for m, sites in design.items() for site, seeds in sites.items() for k in seeds}
     if not asked:
         return ""
-    done = {(r["run"]["method"], r["run"]["held_out"], r["run"]["seed"]) for r in records if r["status"] == "ok"}
+    done = {(r["run"]["method"], r["run"]["held_out"], r["run"]["seed"]) for r in finished(records)}
     return f"; {len(asked & done)} of the {len(asked)} runs the folder's sweeps asked for"
 
 
@@ -532,16 +539,16 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     stats = [comparisons(records, b, held_out, n_resamples) for b in BASELINES if b in ran]
     write_csv(out / "results.csv", tidy_rows(records))
     protocol = read_json(out / SWEEP_FILE)
-    spent = machine_time(records)
+    spent, pooled = machine_time(records), pooled_seed_sd(seed_spread(records))
     header = [f"# Leave-one-site-out benchmark: {protocol.get('task', '?')}", "",
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
-              f"{sum(r['status'] == 'ok' for r in records)} of {len(records)} recorded runs finished"
+              f"{len(finished(records))} of {len(records)} recorded runs finished"
               f"{_of_design(design, records)} "
               f"({software_of_runs(records)}; code {code_of_runs(records)}); {time_spent(spent)}; scores of the "
               f"held-out site's test cases, "
               f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
               _how_to_read(protocol), ""]
-    (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out, spent))
+    (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out, spent, pooled))
     figures = plots(records, out / "plots", methods, held_out)
     serial = {c["baseline"]: {m: {"sites": {s: d.to_dict() for s, d in e["sites"].items()},
                                   "average": e["average"].to_dict() if "average" in e else None,
@@ -554,12 +561,12 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     runs = [{**{k: r[k] for k in RUN_SUMMARY if k in r}, "record": f"runs/{r['run_id']}/{RUN_FILE}"} for r in records]
     write_json(out / "results.json", {"protocol": protocol, "machine": machine_info(),
                                       "versions": software_versions(), "machine_time": spent,
-                                      "pooled_seed_sd": pooled_seed_sd(seed_spread(records)),
+                                      "pooled_seed_sd": pooled,
                                       "comparisons": serial, "runs": runs}, indent=1)
     return {"csv": out / "results.csv", "markdown": out / "results.md", "json": out / "results.json",
             "plots": figures}
 
 
-__all__ = ["BASELINES", "case_scores", "comparisons", "evidence_basis", "load_records", "machine_time", "markdown",
+__all__ = ["BASELINES", "case_scores", "comparisons", "evidence_basis", "finished", "load_records", "machine_time", "markdown",
            "plots", "pooled_seed_sd", "seed_dice", "seed_spread", "software_of_runs", "tidy_rows", "time_spent",
            "verdict", "write_results"]

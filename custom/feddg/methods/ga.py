@@ -9,8 +9,9 @@ Eq. (3), as printed in the paper::
     a_i'   = a_i^{r-1} + d^r * (G_i - mu) / max_j (G_j - mu)
     a_i^r  = max(a_i', 0), renormalized to sum 1
 
-G_i is the site's generalization gap: the loss of the received global model on the site's validation split minus
-the loss of the site's own model from the previous round on the same split. A site with a larger gap is served
+G_i is the site's generalization gap: the loss of the received global model on a split of the site's data (the
+one ``ga.gap_split`` names; the training split by default) minus the loss of the site's own model from the
+previous round on the same split. A site with a larger gap is served
 worse by the global model and gains weight.
 
 The authors' released code differs from the paper: it does not centre the gaps on their mean, scales the step by
