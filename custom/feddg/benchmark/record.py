@@ -16,7 +16,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,11 @@ PROTOCOL_KEYS = {"task": str, "overrides": dict, "simulator_args": list}
 KEPT_KEYS = ("code_evidence", "design")  # what a rewritten sweep.json keeps of the old one
 
 Report = Callable[[str], None]
+
+
+def finished(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs that finished (status ``ok``): the only ones with scores."""
+    return [r for r in records if r.get("status") == "ok"]
 
 
 def run_records(out: Path) -> dict[str, dict[str, Any]]:

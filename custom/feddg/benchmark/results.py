@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from feddg.benchmark.stats import ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, compare_seeds, holm
-from feddg.benchmark.record import INTERRUPTED, RUN_FILE, SWEEP_FILE, Design, designed, run_records
+from feddg.benchmark.record import INTERRUPTED, RUN_FILE, SWEEP_FILE, Design, designed, finished, run_records
 from feddg.flare.payloads import CASES
 from feddg.jsonfile import read_json, write_json
 from feddg.layouts import LAYOUTS
@@ -50,11 +50,6 @@ def label_names(record: dict[str, Any]) -> list[str]:
     from feddg.flare.registry import experiment_from_dict
 
     return list(experiment_from_dict(record["config"]).data.label_names)
-
-
-def finished(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The runs that finished (status ``ok``): the only ones with scores."""
-    return [r for r in records if r.get("status") == "ok"]
 
 
 def reported_model(record: dict[str, Any]) -> str:
@@ -270,15 +265,15 @@ def _cell(values: Sequence[float], metric: str) -> str:
 
 def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]], methods: Sequence[str],
              held_out: Sequence[str], spent: dict[str, Any] | None = None,
-             pooled: dict[str, Any] | None = None) -> str:
+             spread: dict[tuple[str, str], dict[int, float]] | None = None) -> str:
     """The papers' layout: rows methods, columns each held-out site and the average; one table per metric and
     structure (fundus: disc, cup, their mean), each cell the mean over seeds ± the seed SD (seed count); then each
     seed's held-out Dice, the differences to each baseline in ``stats`` and what the evidence supports, opened by
-    :func:`evidence_basis` (``spent``, ``pooled``: :func:`machine_time` and :func:`pooled_seed_sd` of ``records``
+    :func:`evidence_basis` (``spent``, ``spread``: :func:`machine_time` and :func:`seed_spread` of ``records``
     when the caller has them already)."""
     table = cells(records)
-    spread = seed_spread(records)
-    pooled = pooled_seed_sd(spread) if pooled is None else pooled
+    spread = seed_spread(records) if spread is None else spread
+    pooled = pooled_seed_sd(spread)
     layouts = {r.get("config", {}).get("data", {}).get("layout") for r in records}
     unit = "mm" if any(name in LAYOUTS and LAYOUTS[name].volumes for name in layouts) else "px"  # volumes: voxel mm
     lines = []
@@ -539,7 +534,7 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     stats = [comparisons(records, b, held_out, n_resamples) for b in BASELINES if b in ran]
     write_csv(out / "results.csv", tidy_rows(records))
     protocol = read_json(out / SWEEP_FILE)
-    spent, pooled = machine_time(records), pooled_seed_sd(seed_spread(records))
+    spent, spread = machine_time(records), seed_spread(records)
     header = [f"# Leave-one-site-out benchmark: {protocol.get('task', '?')}", "",
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
               f"{len(finished(records))} of {len(records)} recorded runs finished"
@@ -548,7 +543,7 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
               f"held-out site's test cases, "
               f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
               _how_to_read(protocol), ""]
-    (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out, spent, pooled))
+    (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out, spent, spread))
     figures = plots(records, out / "plots", methods, held_out)
     serial = {c["baseline"]: {m: {"sites": {s: d.to_dict() for s, d in e["sites"].items()},
                                   "average": e["average"].to_dict() if "average" in e else None,
@@ -561,12 +556,12 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     runs = [{**{k: r[k] for k in RUN_SUMMARY if k in r}, "record": f"runs/{r['run_id']}/{RUN_FILE}"} for r in records]
     write_json(out / "results.json", {"protocol": protocol, "machine": machine_info(),
                                       "versions": software_versions(), "machine_time": spent,
-                                      "pooled_seed_sd": pooled,
+                                      "pooled_seed_sd": pooled_seed_sd(spread),
                                       "comparisons": serial, "runs": runs}, indent=1)
     return {"csv": out / "results.csv", "markdown": out / "results.md", "json": out / "results.json",
             "plots": figures}
 
 
-__all__ = ["BASELINES", "case_scores", "comparisons", "evidence_basis", "finished", "load_records", "machine_time", "markdown",
+__all__ = ["BASELINES", "case_scores", "comparisons", "evidence_basis", "load_records", "machine_time", "markdown",
            "plots", "pooled_seed_sd", "seed_dice", "seed_spread", "software_of_runs", "tidy_rows", "time_spent",
            "verdict", "write_results"]

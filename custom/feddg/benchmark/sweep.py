@@ -40,7 +40,7 @@ from feddg.benchmark.executors.base import Cell, CellExecutor, Outcome
 from feddg.benchmark.executors.local import LocalExecutor
 from feddg.benchmark.protocol import (Protocol, Run, first_difference, owned_settings, run_experiment,
                                       run_overrides, seed_overrides)
-from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, folder_lock,
+from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, finished, folder_lock,
                                     prepare_folder, record_design, run_records)
 from feddg.benchmark.signals import STOP_SIGNALS, Interrupted, handle_stop_signals
 from feddg.config import ConfigError
@@ -246,7 +246,7 @@ def admitted_codes(out: Path, records: dict[str, dict]) -> set[str]:
     """The code fingerprints whose runs belong in the folder ``out`` with ``records``: the codes of its finished
     runs and each code a reproduce check admitted (``sweep.json``'s ``code_evidence``)."""
     evidence = read_json(out / SWEEP_FILE).get("code_evidence", [])
-    return ({str(r.get("code", "unknown")) for r in records.values() if r.get("status") == "ok"}
+    return ({str(r.get("code", "unknown")) for r in finished(records.values())}
             | {e["to_code"] for e in evidence})
 
 
@@ -261,17 +261,17 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
     path = out / SWEEP_FILE
     recorded = read_json(path)
     evidence = list(recorded.get("code_evidence", []))
-    finished = {rid: r for rid, r in sorted(records.items()) if r.get("status") == "ok"}
-    made_by = sorted({str(r.get("code", "unknown")) for r in finished.values()})
-    if current in admitted_codes(out, records) or not finished:
+    done = {r["run_id"]: r for r in sorted(finished(records.values()), key=lambda r: r["run_id"])}
+    made_by = sorted({str(r.get("code", "unknown")) for r in done.values()})
+    if current in admitted_codes(out, records) or not done:
         return
     if not reproduce:
         raise ConfigError(
-            f"{out}: its {len(finished)} finished run(s) were made by code {', '.join(c[:12] for c in made_by)}; "
+            f"{out}: its {len(done)} finished run(s) were made by code {', '.join(c[:12] for c in made_by)}; "
             f"this code is {current[:12]}. A results folder holds one code version: use another --out, or "
             f"--reproduce-check to re-run one of its cells with this code first (accepted only when every "
             f"per-case score is identical)")
-    rid, old = next(iter(finished.items()))
+    rid, old = next(iter(done.items()))
     report(f"reproduce check: re-running {rid} with code {current[:12]} (made by {str(old.get('code'))[:12]})")
     scratch = out / REPRODUCE_DIR
     shutil.rmtree(scratch, ignore_errors=True)
@@ -301,7 +301,7 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
 def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run]) -> tuple[float, str]:
     """(seconds per run, where that figure comes from) for the runs still to do: the folder's finished runs'
     mean wall time, else the pilot's seconds per round (:data:`PILOT_SECONDS_PER_ROUND`) times the rounds."""
-    walls = [r["wall_s"] for r in records.values() if r.get("status") == "ok"]
+    walls = [r["wall_s"] for r in finished(records.values())]
     if walls:
         return sum(walls) / len(walls), f"mean of the folder's {len(walls)} finished runs"
     rounds = run_experiment(protocol, todo[0])["train"]["rounds"] if todo else 0

@@ -11,8 +11,7 @@ Eq. (3), as printed in the paper::
 
 G_i is the site's generalization gap: the loss of the received global model on a split of the site's data (the
 one ``ga.gap_split`` names; the training split by default) minus the loss of the site's own model from the
-previous round on the same split. A site with a larger gap is served
-worse by the global model and gains weight.
+previous round on the same split. A site with a larger gap is served worse by the global model and gains weight.
 
 The authors' released code differs from the paper: it does not centre the gaps on their mean, scales the step by
 a hard-coded 1/3, and measures gaps with accuracy instead of the loss. This module follows the paper.

@@ -123,9 +123,13 @@ def process_tree(proc: subprocess.Popen) -> list[psutil.Process]:
         return []
 
 
+def log_size(log: Path) -> int:
+    """A log's size now: the offset a later read starts from, to see only what follows."""
+    return log.stat().st_size if log.exists() else 0
+
+
 def server_log_size(r: Rehearsal) -> int:
-    """The server's log's size now: the offset a later read starts from, to see only what follows."""
-    return r.server_log.stat().st_size if r.server_log.exists() else 0
+    return log_size(r.server_log)
 
 
 def server_log_since(r: Rehearsal, offset: int) -> str:
@@ -143,13 +147,13 @@ def read_since(log: Path, offset: int) -> str:
         return f.read()
 
 
-def wait_for_line(log: Path, needles: tuple[str, ...], timeout: float, since: int = 0) -> str:
-    """The text of ``log`` from byte ``since`` on, once it holds one of ``needles``; empty if none within
-    ``timeout`` s."""
+def wait_for_line(log: Path, needles: tuple[str, ...], timeout: float, since: int = 0, poll: float = 1.0) -> str:
+    """The text of ``log`` from byte ``since`` on, once it holds one of ``needles`` (read every ``poll`` s); empty if
+    none within ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = read_since(log, since)
         if any(n in text for n in needles):
             return text
-        time.sleep(1)
+        time.sleep(poll)
     return ""
