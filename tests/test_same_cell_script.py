@@ -1,0 +1,62 @@
+"""benchmarks/same_cell.py: one cell's runs compared on a committed run record and altered copies of it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.same_cell import compare, main
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "benchmarks/results/loso_prostate_seeds/runs/prostate_fedavg_BIDMC_seed0/run.json"
+
+
+@pytest.fixture(scope="module")
+def record() -> dict:
+    return json.loads(RECORD.read_text())
+
+
+def _test_split(record: dict) -> dict:
+    """The held-out site's test summary of the final model: per structure the mean, and ``cases`` (case -> scores)."""
+    return record["report"]["models"]["final"]["sites"]["BIDMC"]["splits"]["test"]
+
+
+def test_a_run_against_itself_differs_in_nothing(record):
+    rows = compare([record, record], ["a", "b"])
+    assert [r["differing_case_scores"] for r in rows] == [0, 0]
+    assert rows[0]["case_scores"] > len(_test_split(record)["cases"])  # every model, site, split, case and metric
+    assert rows[1]["dice_minus_reference"] == 0.0 and rows[1]["dice"] == rows[0]["dice"]
+
+
+def test_a_changed_case_score_is_counted_and_moves_the_dice(record):
+    other = copy.deepcopy(record)
+    summary = _test_split(other)
+    n = len(summary["cases"])
+    next(iter(summary["cases"].values()))["prostate"]["dice"] += 0.5
+    summary["prostate"]["dice"]["mean"] += 0.5 / n  # the report's mean follows its cases, as the evaluator writes it
+    rows = compare([record, other], ["reference", "changed"])
+    assert rows[1]["differing_case_scores"] == 1
+    assert rows[1]["dice_minus_reference"] == pytest.approx(0.5 / n)
+
+
+def test_another_cell_or_an_unfinished_run_is_refused(record, tmp_path):
+    seed1 = copy.deepcopy(record)
+    seed1["run"]["seed"] = 1
+    with pytest.raises(ValueError, match="run.seed"):
+        compare([record, seed1], ["reference", "seed 1"])
+    failed = {**record, "status": "failed"}
+    with pytest.raises(ValueError, match="did not finish"):
+        compare([record, failed], ["reference", "failed"])
+    with pytest.raises(ValueError, match="one --label per run"):
+        compare([record, record], ["only one"])
+
+
+def test_main_writes_the_table_and_its_json(tmp_path):
+    assert main([str(RECORD), str(RECORD), "--label", "x", "--label", "y", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "same_cell.json").read_text())["rows"]
+    assert [r["label"] for r in rows] == ["x", "y"]
+    assert "| y | " in (tmp_path / "same_cell.md").read_text()
+    assert main([str(RECORD), "--label", "x", "--label", "y", "--out", str(tmp_path)]) == 2
