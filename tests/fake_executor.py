@@ -18,13 +18,15 @@ def scored_report(held_out: str, scores: Sequence[float]) -> dict:
 
 
 class FakeExecutor(CellExecutor):
-    """Records the run ids it was given in ``ran`` (with the results folder's name when ``with_folder``)."""
+    """Records the run ids it was given in ``ran`` (with the results folder's name when ``with_folder``); its runs
+    record ``cpu`` as the CPU they were made on, when given."""
 
     name: ClassVar[str] = "fake"
 
     def __init__(self, ran: list, status: str = "ok", scores: Sequence[float] | None = None,
-                 with_folder: bool = False, error: Exception | None = None) -> None:
+                 with_folder: bool = False, error: Exception | None = None, cpu: str | None = None) -> None:
         self.ran, self.status, self.scores, self.with_folder, self.error = ran, status, scores, with_folder, error
+        self.where = {"executor": self.name, **({"cpu": cpu} if cpu else {})}
 
     def run_cells(self, cells: Sequence[Cell], on_done: OnDone, report: Report = print) -> None:
         for cell in cells:
@@ -37,4 +39,4 @@ class FakeExecutor(CellExecutor):
             (server / "feddg_report.json").write_text(json.dumps(report_json))
             cell.log.write_text("")
             on_done(cell, Outcome(self.status, "" if self.status == "ok" else "it said so", 0, 1.0, server,
-                                  cell.log, {"executor": self.name}, scratch=server))
+                                  cell.log, dict(self.where), scratch=server))

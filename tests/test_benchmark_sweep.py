@@ -144,14 +144,15 @@ def test_a_protocol_under_which_a_method_would_not_act_is_refused_before_any_run
         plan(Protocol("fundus", {"train": {"rounds": 1}}), ["fedavg", "ga"], ["Domain1"], [0])
 
 
-def _fake_executor(monkeypatch, sweep_module, code: str, scores=(0.8, 0.6), ran=None):
-    """The sweep's runs "end" at once with ``scores`` as the held-out site's per-case scores, made by ``code``."""
+def _fake_executor(monkeypatch, sweep_module, code: str, scores=(0.8, 0.6), ran=None, cpu=None):
+    """The sweep's runs "end" at once with ``scores`` as the held-out site's per-case scores, made by ``code`` (on
+    ``cpu``, when given)."""
     import feddg.report
     from tests.fake_executor import FakeExecutor
 
     monkeypatch.setattr(feddg.report, "code_fingerprint", lambda: code)
     monkeypatch.setattr(sweep_module, "LocalExecutor",
-                        lambda: FakeExecutor([] if ran is None else ran, scores=scores, with_folder=True))
+                        lambda: FakeExecutor([] if ran is None else ran, scores=scores, with_folder=True, cpu=cpu))
 
 
 def test_runs_of_other_code_are_refused_and_a_reproduce_check_with_identical_scores_admits_the_new_code(
@@ -194,6 +195,39 @@ def test_a_reproduce_check_with_other_scores_is_refused_naming_the_case(tmp_path
     with pytest.raises(ConfigError, match=r"other per-case scores .*\(final.Domain1.test.1.cup.dice: 0.6 with the old "
                                           r"code, 0.61 with this code\)"):
         sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
+                           report=lambda _: None)
+
+
+def test_a_reproduce_check_re_runs_a_run_made_on_this_cpu_and_names_both_cpus_when_there_is_none(
+        tmp_path, monkeypatch):
+    """A CPU model alone changes a run: the check re-runs one made on this machine's CPU model when the folder has
+    one, and a refusal after re-running one from another CPU says so."""
+    import json
+
+    import feddg.report
+    from feddg.benchmark import sweep as sweep_module
+
+    monkeypatch.setattr(feddg.report, "cpu_model", lambda: "CPU here")
+    out = tmp_path / "mixed"
+    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="CPU there")
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
+    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="CPU here")
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], report=lambda _: None)
+    ran: list = []
+    _fake_executor(monkeypatch, sweep_module, "new-code", ran=ran, cpu="CPU here")
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1, 2], reproduce_check=True,
+                       report=lambda _: None)
+    assert ran[0] == ("fundus_fedavg_Domain1_seed1", sweep_module.REPRODUCE_DIR), "the run made on this CPU"
+    evidence = json.loads((out / "sweep.json").read_text())["code_evidence"]
+    assert evidence[0]["run_id"] == "fundus_fedavg_Domain1_seed1" and evidence[0]["cpu"] == "CPU here"
+
+    other = tmp_path / "other_cpu"
+    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="CPU there")
+    sweep_module.sweep(other, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
+    _fake_executor(monkeypatch, sweep_module, "new-code", (0.8, 0.61), cpu="CPU here")
+    with pytest.raises(ConfigError, match="other per-case scores .*That run was made on CPU there, this machine's CPU "
+                                          "is CPU here: the CPU model alone changes a run"):
+        sweep_module.sweep(other, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
                            report=lambda _: None)
 
 
@@ -324,8 +358,10 @@ def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
 
     from feddg.benchmark.results import write_results
 
-    for record in _design({"ga": 0.1}):
+    for i, record in enumerate(_design({"ga": 0.1})):
         record["code"] = "abc123"
+        if i % 3:  # runs made on two CPU models, one in three from before runs recorded theirs
+            record["executor"] = {"executor": "local", "cpu": "CPU A" if i % 3 == 1 else "CPU B"}
         folder = tmp_path / "runs" / record["run_id"]
         folder.mkdir(parents=True)
         (folder / "run.json").write_text(json.dumps(record))
@@ -333,11 +369,12 @@ def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
     write_results(tmp_path, ["fedavg", "uniform", "ga"], ["BMC", "HK"], n_resamples=200)
     text = (tmp_path / "results.md").read_text()
     # 18 runs of 60 s, one at a time (nothing recorded says otherwise): 0.3 hours, 60 runs per hour
-    assert ("code abc123 (18 runs)); 0.3 hours of wall time (runs at once counted once; 0.3 run-hours), "
-            "60.0 runs per hour") in text
+    assert ("code abc123 (18 runs); CPU CPU A (6 runs), CPU B (6 runs), not recorded (6 runs)); 0.3 hours of wall "
+            "time (runs at once counted once; 0.3 run-hours), 60.0 runs per hour") in text
     assert "cannot be compared with the papers' numbers" in text
     saved = json.loads((tmp_path / "results.json").read_text())
-    assert saved["machine_time"]["runs_by_executor"] == {"unrecorded": 18}, "runs made before executors were kept"
+    assert saved["machine_time"]["runs_by_executor"] == {"local": 12, "unrecorded": 6}, "before executors were kept"
+    assert saved["runs_by_cpu"] == {"CPU A": 6, "CPU B": 6, "not recorded": 6}
     assert saved["machine_time"]["runs"] == 18 and set(saved["comparisons"]) == {"fedavg", "uniform"}
     assert saved["comparisons"]["fedavg"]["ga"]["verdict"].startswith("**ga** vs fedavg")
 

@@ -25,6 +25,7 @@ from feddg.benchmark.signals import Interrupted
 from feddg.cli import main
 from feddg.compute import CONCURRENT_RUNS_ENV, ThreadBudgetError, available_cores, concurrent_runs_from_env
 from feddg.process_tree import alive
+from feddg.report import cpu_model
 
 TINY = {"train": {"rounds": 2, "local_epochs": 1}, "data": {"image_size": 32}}
 SWEEP = ["benchmark", "--task", "fundus", "--methods", "fedavg", "--held-out", "Domain1", "--seeds", "0-1",
@@ -172,6 +173,7 @@ def test_two_runs_go_at_once_each_with_its_gpu_and_told_that_they_share_the_host
     assert [r["status"] for r in records] == ["ok"] * 3
     assert [r["executor"]["gpu"] for r in records] == ["0", "1", "0"], "slot 0, slot 1, then the freed slot 0"
     assert all(r["executor"] == {**r["executor"], "executor": "local", "parallel": 2, "attempts": 1} for r in records)
+    assert {r["executor"]["cpu"] for r in records} == {cpu_model()}, "the CPU model that made each run"
     assert not (out / "runs" / records[0]["run_id"] / "ws").exists(), "a finished run's workspace is removed"
 
 

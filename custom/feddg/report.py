@@ -42,16 +42,22 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; else the platform's processor or machine). A run's results depend on
+    it, not only on the code and the seed: one cell re-run with the same code on an Intel Xeon differed from its AMD
+    EPYC run in 178 of 204 per-case scores (``benchmarks/results/cpu_check_prostate``)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def machine_info() -> dict[str, Any]:
     """The machine a measurement ran on: CPU model, usable cores, GPU (if torch sees one)."""
     from feddg.compute import available_cores
 
-    info: dict[str, Any] = {"cpu": platform.processor() or platform.machine(), "cores": available_cores()}
-    try:
-        with open("/proc/cpuinfo") as f:
-            info["cpu"] = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    info: dict[str, Any] = {"cpu": cpu_model(), "cores": available_cores()}
     try:
         import torch
 

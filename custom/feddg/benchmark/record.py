@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from feddg.benchmark.executors.base import INTERRUPTED, OK  # a run's statuses; INTERRUPTED: run again on resume
 from feddg.benchmark.protocol import Protocol, protocol_difference, protocol_from_runs, run_mismatch
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, write_json
@@ -28,7 +29,6 @@ from feddg.jsonfile import read_json, write_json
 RUN_FILE = "run.json"
 SWEEP_FILE = "sweep.json"
 LOCK_FILE = ".sweep.lock"
-INTERRUPTED = "interrupted"  # the status of a run a signal stopped: not a result, run again on resume
 ASIDE_DIR = "aside"  # where --move-aside-mismatched puts runs that are not of the folder's protocol
 PROTOCOL_KEYS = {"task": str, "overrides": dict, "simulator_args": list}
 KEPT_KEYS = ("code_evidence", "design")  # what a rewritten sweep.json keeps of the old one
@@ -38,7 +38,7 @@ Report = Callable[[str], None]
 
 def finished(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs that finished (status ``ok``): the only ones with scores."""
-    return [r for r in records if r.get("status") == "ok"]
+    return [r for r in records if r.get("status") == OK]
 
 
 def run_records(out: Path) -> dict[str, dict[str, Any]]:

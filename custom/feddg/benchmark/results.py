@@ -417,6 +417,19 @@ def code_of_runs(records: Sequence[dict[str, Any]]) -> str:
     return ", ".join(f"{v} ({_plural(n, 'run')})" for v, n in sorted(counts.items()))
 
 
+def runs_by_cpu(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """CPU model -> how many of the finished runs it made ("not recorded" for runs from before runs kept it): a run's
+    results depend on its CPU model, not only on the code and the seed (:func:`feddg.report.cpu_model`), so a
+    folder made on several says so."""
+    return dict(sorted(Counter((r.get("executor") or {}).get("cpu") or "not recorded"
+                               for r in finished(records)).items()))
+
+
+def cpus_of_runs(records: Sequence[dict[str, Any]]) -> str:
+    """:func:`runs_by_cpu` as a phrase: ``AMD EPYC (3 runs), not recorded (31 runs)``."""
+    return ", ".join(f"{v} ({_plural(n, 'run')})" for v, n in runs_by_cpu(records).items())
+
+
 def software_of_runs(records: Sequence[dict[str, Any]], dist: str = "feddg-flare") -> str:
     """Which versions of ``dist`` produced the finished runs, e.g. ``feddg-flare 0.1.0 (22 runs), 0.1.1 (28 runs)``:
     a folder that a sweep resumed across a release says so in its tables, not only in results.json."""
@@ -539,7 +552,8 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
               f"{len(finished(records))} of {len(records)} recorded runs finished"
               f"{_of_design(design, records)} "
-              f"({software_of_runs(records)}; code {code_of_runs(records)}); {time_spent(spent)}; scores of the "
+              f"({software_of_runs(records)}; code {code_of_runs(records)}; CPU {cpus_of_runs(records)}); "
+              f"{time_spent(spent)}; scores of the "
               f"held-out site's test cases, "
               f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
               _how_to_read(protocol), ""]
@@ -554,14 +568,16 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     # stay in its runs/<id>/run.json, the sweep's one record of the run; results.json names that file and keeps only
     # what says which run it was and how it ended (second copies made it 3 MB for 28 runs, then 2 MB for 144).
     runs = [{**{k: r[k] for k in RUN_SUMMARY if k in r}, "record": f"runs/{r['run_id']}/{RUN_FILE}"} for r in records]
+    # "machine": the one that wrote this file; "runs_by_cpu": the CPU models that made the runs
     write_json(out / "results.json", {"protocol": protocol, "machine": machine_info(),
-                                      "versions": software_versions(), "machine_time": spent,
+                                      "runs_by_cpu": runs_by_cpu(records), "versions": software_versions(),
+                                      "machine_time": spent,
                                       "pooled_seed_sd": pooled_seed_sd(spread),
                                       "comparisons": serial, "runs": runs}, indent=1)
     return {"csv": out / "results.csv", "markdown": out / "results.md", "json": out / "results.json",
             "plots": figures}
 
 
-__all__ = ["BASELINES", "case_scores", "comparisons", "evidence_basis", "load_records", "machine_time", "markdown",
-           "plots", "pooled_seed_sd", "seed_dice", "seed_spread", "software_of_runs", "tidy_rows", "time_spent",
-           "verdict", "write_results"]
+__all__ = ["BASELINES", "case_scores", "comparisons", "cpus_of_runs", "evidence_basis", "load_records",
+           "machine_time", "markdown", "plots", "pooled_seed_sd", "runs_by_cpu", "seed_dice", "seed_spread",
+           "software_of_runs", "tidy_rows", "time_spent", "verdict", "write_results"]

@@ -255,9 +255,9 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
     """Refuse to add runs made by code other than the folder's (see the module docstring); with ``reproduce``,
     re-run the folder's first finished cell with this code and accept the code when every per-case score is
     identical, recording the evidence in ``sweep.json``."""
-    from feddg.report import code_fingerprint
+    from feddg.report import code_fingerprint, cpu_model
 
-    current = code_fingerprint()
+    current, here = code_fingerprint(), cpu_model()
     path = out / SWEEP_FILE
     recorded = read_json(path)
     evidence = list(recorded.get("code_evidence", []))
@@ -271,7 +271,8 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
             f"this code is {current[:12]}. A results folder holds one code version: use another --out, or "
             f"--reproduce-check to re-run one of its cells with this code first (accepted only when every "
             f"per-case score is identical)")
-    rid, old = next(iter(done.items()))
+    # A run made on this CPU model if there is one: another model alone changes a run (feddg.report.cpu_model).
+    rid, old = next(((k, r) for k, r in done.items() if run_cpu(r) == here), next(iter(done.items())))
     report(f"reproduce check: re-running {rid} with code {current[:12]} (made by {str(old.get('code'))[:12]})")
     scratch = out / REPRODUCE_DIR
     shutil.rmtree(scratch, ignore_errors=True)
@@ -286,16 +287,26 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
                           f"{new.get('reason')}); log tail:\n{kept}")
     difference = first_difference(case_scores_of(old["report"]), case_scores_of(new["report"]))
     if difference:
+        made_on = run_cpu(old)
+        cpu = "" if made_on == here else (
+            f". That run was made on {made_on or 'a CPU its record does not name'}, this machine's CPU is {here}: the "
+            f"CPU model alone changes a run (benchmarks/results/cpu_check_prostate), so run the check on a machine "
+            f"with the CPU of one of the folder's runs")
         raise ConfigError(f"reproduce check: {rid} gives other per-case scores with code {current[:12]} "
                           f"({difference.describe('with the old code', 'with this code')}); this code cannot add "
-                          f"runs to {out}: use another --out")
+                          f"runs to {out}: use another --out{cpu}")
     n_cases = sum(len(cases or {}) for sites in case_scores_of(new["report"]).values()
                   for splits in sites.values() for cases in splits.values())
-    evidence.append({"run_id": rid, "from_code": old.get("code", "unknown"), "to_code": current,
+    evidence.append({"run_id": rid, "from_code": old.get("code", "unknown"), "to_code": current, "cpu": here,
                      "per_case_scores_compared": n_cases, "identical": True,
                      "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     report(f"reproduce check: {rid} identical in all {n_cases} per-case scores; code {current[:12]} accepted")
     write_json(path, {**recorded, "code_evidence": evidence}, indent=2)
+
+
+def run_cpu(record: dict[str, Any]) -> str | None:
+    """The CPU model a run was made on (its executor's ``cpu``), None when its record does not say."""
+    return (record.get("executor") or {}).get("cpu")
 
 
 def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run]) -> tuple[float, str]:

@@ -25,6 +25,7 @@ from feddg.benchmark.executors.base import INTERRUPTED, OK, Cell, CellExecutor, 
 from feddg.benchmark.launch import Ended, SimulatorRun
 from feddg.benchmark.signals import STOP_SIGNALS
 from feddg.compute import available_cores
+from feddg.report import cpu_model
 
 GPU_FLAG = "-gpu"
 
@@ -149,7 +150,7 @@ class LocalExecutor(CellExecutor):
         return _Running(cell, slot, gpu, sim, attempts)
 
     def _outcome(self, r: _Running, ended: Ended) -> Outcome:
-        where: dict[str, Any] = {"executor": self.name, "host": self.host, "parallel": self.parallel,
-                                 "gpu": r.gpu, "attempts": r.attempts}
+        where: dict[str, Any] = {"executor": self.name, "host": self.host, "cpu": cpu_model(),
+                                 "parallel": self.parallel, "gpu": r.gpu, "attempts": r.attempts}
         return Outcome(ended.status, ended.reason, ended.returncode, ended.wall_s, r.sim.server_dir, r.cell.log,
                        where, scratch=r.sim.workspace)

@@ -90,7 +90,7 @@ def run_cell_on_worker(job_tar: bytes, job_name: str, simulator_args: Sequence[s
     import ray
 
     from feddg.benchmark.launch import SimulatorRun, run_simulator
-    from feddg.report import code_fingerprint
+    from feddg.report import code_fingerprint, cpu_model
 
     context = ray.get_runtime_context()
     node_id = context.get_node_id()
@@ -107,7 +107,7 @@ def run_cell_on_worker(job_tar: bytes, job_name: str, simulator_args: Sequence[s
         files = sorted(p.name for p in server.iterdir() if p.is_file() and p.stat().st_size <= MAX_FILE_BYTES) \
             if server.is_dir() else []
         return {"status": ended.status, "reason": ended.reason, "returncode": ended.returncode,
-                "wall_s": ended.wall_s, "node": {"node_id": node_id, "host": socket.gethostname(),
+                "wall_s": ended.wall_s, "node": {"node_id": node_id, "host": socket.gethostname(), "cpu": cpu_model(),
                                                  "ip": ray.util.get_node_ip_address(), "gpus": gpus},
                 "code": code_fingerprint(), "log": run.log.read_bytes() if run.log.exists() else b"",
                 "server_files": pack(server, files) if files else b""}
@@ -276,7 +276,7 @@ class RayExecutor(CellExecutor):
                                      f"{self.max_retries}): {task.lost[-1]['error']}", None,
                            time.perf_counter() - task.submitted, None, cell.log, where)
         where.update(node=result["node"]["host"], node_ip=result["node"]["ip"], node_id=result["node"]["node_id"],
-                     gpu=",".join(result["node"]["gpus"]) or None)
+                     cpu=result["node"]["cpu"], gpu=",".join(result["node"]["gpus"]) or None)
         cell.log.write_bytes(result["log"])
         server = cell.folder / "server_files"
         if result["server_files"]:
