@@ -20,7 +20,8 @@ before any run.
 A folder holds one code version: every run records the fingerprint of the code that ran it
 (:func:`feddg.report.code_fingerprint`), and a sweep whose code differs from the folder's runs is refused, unless
 ``reproduce_check`` first re-runs one finished cell with the new code and every per-case score comes out identical
-(the evidence goes to ``sweep.json`` and ``results.json``).
+(the evidence goes to ``sweep.json`` and ``results.json``). The CPU model alone changes a run, so the check re-runs a
+cell made on this machine's CPU model when the folder has one (every run records its CPU: ``executor.cpu``).
 
 SIGINT (Ctrl-C) and SIGTERM stop the runs in progress with every process they started (the simulator starts its
 site workers in sessions of their own: :mod:`feddg.process_tree`), record each as ``interrupted`` and end the sweep
@@ -253,8 +254,8 @@ def admitted_codes(out: Path, records: dict[str, dict]) -> set[str]:
 def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout: float, reproduce: bool,
                report: Callable[[str], None], executor: CellExecutor | None = None) -> None:
     """Refuse to add runs made by code other than the folder's (see the module docstring); with ``reproduce``,
-    re-run the folder's first finished cell with this code and accept the code when every per-case score is
-    identical, recording the evidence in ``sweep.json``."""
+    re-run one finished cell with this code (the first made on this machine's CPU model, else the first) and accept
+    the code when every per-case score is identical, recording the evidence in ``sweep.json``."""
     from feddg.report import code_fingerprint, cpu_model
 
     current, here = code_fingerprint(), cpu_model()
