@@ -276,7 +276,7 @@ class RayExecutor(CellExecutor):
                                      f"{self.max_retries}): {task.lost[-1]['error']}", None,
                            time.perf_counter() - task.submitted, None, cell.log, where)
         where.update(node=result["node"]["host"], node_ip=result["node"]["ip"], node_id=result["node"]["node_id"],
-                     cpu=result["node"]["cpu"], gpu=",".join(result["node"]["gpus"]) or None)
+                     cpu=result["node"].get("cpu"), gpu=",".join(result["node"]["gpus"]) or None)
         cell.log.write_bytes(result["log"])
         server = cell.folder / "server_files"
         if result["server_files"]:
