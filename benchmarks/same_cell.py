@@ -6,8 +6,8 @@ from either.
     python benchmarks/same_cell.py RUN_JSON RUN_JSON [RUN_JSON ...] --label NAME --label NAME ... --out DIR
 
 Each RUN_JSON is a sweep's ``runs/<id>/run.json`` (the first is the reference); a run whose cell, config or
-simulator flags differ from the reference's is refused, naming the first differing key. ``--label`` names where each run was made,
-one per run (a run record does not say which CPU made it). Writes ``same_cell.md`` and ``same_cell.json`` into
+simulator flags differ from the reference's is refused, naming the first differing key. ``--label`` names where
+each run was made, one per run (runs from before records kept their CPU model, ``executor.cpu``, do not say). Writes ``same_cell.md`` and ``same_cell.json`` into
 ``--out``: per run its label, code fingerprint, held-out Dice of the reported model (mean over structures, as the
 result tables show it), its difference to the reference, and how many per-case scores differ from the reference's.
 """
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from feddg.benchmark.protocol import as_json, differences, first_difference
+from feddg.benchmark.record import finished
 from feddg.benchmark.results import seed_dice
 from feddg.benchmark.sweep import case_scores_of
 
@@ -35,9 +36,10 @@ def compare(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[di
         raise ValueError(f"{len(records)} runs but {len(labels)} labels: give one --label per run")
     reference = records[0]
     same = ("run", "config", "simulator_args")
+    reference_scores = case_scores_of(reference["report"]) if finished([reference]) else {}
     rows = []
     for label, record in zip(labels, records):
-        if record.get("status") != "ok":
+        if not finished([record]):
             raise ValueError(f"{label}: the run did not finish (status {record.get('status')})")
         mismatch = first_difference(as_json({k: record.get(k) for k in same}),
                                     as_json({k: reference.get(k) for k in same}))
@@ -46,9 +48,9 @@ def compare(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[di
                              f"{mismatch.describe('in this run', 'in the reference')}")
         (dice,) = (per_seed[record["run"]["seed"]] for per_seed in seed_dice([record]).values())
         rows.append({"label": label, "run_id": record["run_id"], "code": record["code"], "dice": dice,
-                     "differing_case_scores": sum(1 for _ in differences(case_scores_of(reference["report"]),
+                     "differing_case_scores": sum(1 for _ in differences(reference_scores,
                                                                          case_scores_of(record["report"])))})
-    total = _leaves(case_scores_of(reference["report"]))
+    total = _leaves(reference_scores)
     for row in rows:
         row["dice_minus_reference"] = row["dice"] - rows[0]["dice"]
         row["case_scores"] = total

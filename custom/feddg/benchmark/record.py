@@ -41,6 +41,11 @@ def finished(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if r.get("status") == OK]
 
 
+def run_cpu(record: dict[str, Any]) -> str | None:
+    """The CPU model a run was made on (its executor's ``cpu``), None when its record does not say."""
+    return (record.get("executor") or {}).get("cpu")
+
+
 def run_records(out: Path) -> dict[str, dict[str, Any]]:
     """Folder name -> record, for every ``runs/<name>/run.json`` of ``out`` that can be read, in name order (one
     that cannot is no record: its run counts as not run)."""

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from feddg.benchmark.stats import ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, compare_seeds, holm
-from feddg.benchmark.record import INTERRUPTED, RUN_FILE, SWEEP_FILE, Design, designed, finished, run_records
+from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, Design, designed, finished, run_cpu,
+                                    run_records)
 from feddg.flare.payloads import CASES
 from feddg.jsonfile import read_json, write_json
 from feddg.layouts import LAYOUTS
@@ -421,8 +422,7 @@ def runs_by_cpu(records: Sequence[dict[str, Any]]) -> dict[str, int]:
     """CPU model -> how many of the finished runs it made ("not recorded" for runs from before runs kept it): a run's
     results depend on its CPU model, not only on the code and the seed (:func:`feddg.report.cpu_model`), so a
     folder made on several says so."""
-    return dict(sorted(Counter((r.get("executor") or {}).get("cpu") or "not recorded"
-                               for r in finished(records)).items()))
+    return dict(sorted(Counter(run_cpu(r) or "not recorded" for r in finished(records)).items()))
 
 
 def cpus_of_runs(records: Sequence[dict[str, Any]]) -> str:

@@ -41,7 +41,7 @@ from feddg.benchmark.executors.base import Cell, CellExecutor, Outcome
 from feddg.benchmark.executors.local import LocalExecutor
 from feddg.benchmark.protocol import (Protocol, Run, first_difference, owned_settings, run_experiment,
                                       run_overrides, seed_overrides)
-from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, finished, folder_lock,
+from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, finished, folder_lock, run_cpu,
                                     prepare_folder, record_design, run_records)
 from feddg.benchmark.signals import STOP_SIGNALS, Interrupted, handle_stop_signals
 from feddg.config import ConfigError
@@ -303,11 +303,6 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
                      "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
     report(f"reproduce check: {rid} identical in all {n_cases} per-case scores; code {current[:12]} accepted")
     write_json(path, {**recorded, "code_evidence": evidence}, indent=2)
-
-
-def run_cpu(record: dict[str, Any]) -> str | None:
-    """The CPU model a run was made on (its executor's ``cpu``), None when its record does not say."""
-    return (record.get("executor") or {}).get("cpu")
 
 
 def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run]) -> tuple[float, str]:
