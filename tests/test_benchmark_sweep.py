@@ -353,7 +353,7 @@ def test_the_tables_show_every_designed_cell_and_average_only_a_complete_row(tmp
     assert "**ga** vs fedavg: compared at 1 of 2 held-out sites only, no average: BMC +0.0" in text
 
 
-def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
+def test_write_results_reports_machine_time_the_code_of_the_runs_and_the_paper_size_cost(tmp_path):
     import json
 
     from feddg.benchmark.results import write_results
@@ -377,6 +377,14 @@ def test_write_results_reports_machine_time_and_the_code_of_the_runs(tmp_path):
     assert saved["runs_by_cpu"] == {"CPU A": 6, "CPU B": 6, "not recorded": 6}
     assert saved["machine_time"]["runs"] == 18 and set(saved["comparisons"]) == {"fedavg", "uniform"}
     assert saved["comparisons"]["fedavg"]["ga"]["verdict"].startswith("**ga** vs fedavg")
+    assert saved["paper_size"]["design_runs"] == 240 and saved["paper_size"]["hours"] is None
+    assert "The full design at the papers' size (240 runs" in text and "cost not measured" in text
+    (tmp_path / "paper_round_time.json").write_text(json.dumps({  # benchmarks/round_time.py --paper on a GPU
+        "command": "round_time.py --paper", "machine": {"cpu": "X", "cores": 16, "gpu": "GPU G"}, "job": "prostate_ga",
+        "paper": True, "federated_summary": {"round_s": 9.0}}))
+    write_results(tmp_path, ["fedavg", "uniform", "ga"], ["BMC", "HK"], n_resamples=200)
+    assert json.loads((tmp_path / "results.json").read_text())["paper_size"]["hours"] == 60.0  # 240 x 100 x 9 s
+    assert "60 GPU-hours on GPU G" in (tmp_path / "results.md").read_text()
 
 
 def test_the_verdicts_open_with_the_runs_the_seeds_the_seed_sd_and_the_machine_time():

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from feddg.benchmark.cost import PAPER_ROUND_TIME, cost_line, paper_size_cost
 from feddg.benchmark.stats import ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, compare_seeds, holm
 from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, Design, designed, finished, run_cpu,
                                     run_records)
@@ -534,7 +535,10 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     sites or seeds to a folder, or resumes part of it, keeps the runs made before in the tables); rows are the
     methods run or designed (:func:`~feddg.benchmark.record.designed`) in ``method_order``, columns the held-out
     sites run or designed in ``site_order``; every baseline of :data:`BASELINES` that the folder ran gets its
-    difference table. Returns the paths."""
+    difference table; the task's full design at the papers' size is costed from the folder's
+    :data:`~feddg.benchmark.cost.PAPER_ROUND_TIME` when it has one (:func:`~feddg.benchmark.cost.paper_size_cost`).
+    Returns the paths."""
+    from feddg.jobs import TASK_DEFAULTS
     from feddg.report import machine_info, software_versions
 
     out = Path(out)
@@ -548,6 +552,8 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     write_csv(out / "results.csv", tidy_rows(records))
     protocol = read_json(out / SWEEP_FILE)
     spent, spread = machine_time(records), seed_spread(records)
+    task = protocol.get("task")
+    paper_size = paper_size_cost(task, out / PAPER_ROUND_TIME) if task in TASK_DEFAULTS else None
     header = [f"# Leave-one-site-out benchmark: {protocol.get('task', '?')}", "",
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
               f"{len(finished(records))} of {len(records)} recorded runs finished"
@@ -556,7 +562,7 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
               f"{time_spent(spent)}; scores of the "
               f"held-out site's test cases, "
               f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
-              _how_to_read(protocol), ""]
+              _how_to_read(protocol), ""] + ([cost_line(paper_size), ""] if paper_size else [])
     (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out, spent, spread))
     figures = plots(records, out / "plots", methods, held_out)
     serial = {c["baseline"]: {m: {"sites": {s: d.to_dict() for s, d in e["sites"].items()},
@@ -571,7 +577,7 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     # "machine": the one that wrote this file; "runs_by_cpu": the CPU models that made the runs
     write_json(out / "results.json", {"protocol": protocol, "machine": machine_info(),
                                       "runs_by_cpu": runs_by_cpu(records), "versions": software_versions(),
-                                      "machine_time": spent,
+                                      "machine_time": spent, "paper_size": paper_size,
                                       "pooled_seed_sd": pooled_seed_sd(spread),
                                       "comparisons": serial, "runs": runs}, indent=1)
     return {"csv": out / "results.csv", "markdown": out / "results.md", "json": out / "results.json",
