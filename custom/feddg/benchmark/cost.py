@@ -10,7 +10,8 @@ device-hours; without it they say "not measured" and how to measure it. A figure
 2-core CPU protocol (64 px, a small network) would be a guess, so none is made.
 
 Two simplifications, stated wherever the figure is shown: one job's round time stands for every method's (the
-task's GA job; methods that train more per round, such as ELCFS, take longer), and a run holds its device alone (the simulator puts every site of the run on it), so device-hours are runs x rounds x round seconds.
+task's GA job; methods that train more per round, such as ELCFS, take longer), and a run holds its device alone
+(the simulator puts every site of the run on it), so device-hours are runs x rounds x round seconds.
 """
 
 from __future__ import annotations
