@@ -7,9 +7,10 @@ from either.
 
 Each RUN_JSON is a sweep's ``runs/<id>/run.json`` (the first is the reference); a run whose cell, config or
 simulator flags differ from the reference's is refused, naming the first differing key. ``--label`` names where
-each run was made, one per run (runs from before records kept their CPU model, ``executor.cpu``, do not say). Writes ``same_cell.md`` and ``same_cell.json`` into
-``--out``: per run its label, code fingerprint, held-out Dice of the reported model (mean over structures, as the
-result tables show it), its difference to the reference, and how many per-case scores differ from the reference's.
+each run was made, one per run (runs from before records kept their CPU model, ``executor.cpu``, do not say).
+Writes ``same_cell.md`` and ``same_cell.json`` into ``--out``: per run its label, code fingerprint, held-out Dice
+of the reported model (mean over structures, as the result tables show it), its difference to the reference, and
+how many per-case scores differ from the reference's.
 """
 
 from __future__ import annotations

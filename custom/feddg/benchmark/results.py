@@ -554,7 +554,7 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     spent, spread = machine_time(records), seed_spread(records)
     task = protocol.get("task")
     paper_size = paper_size_cost(task, out / PAPER_ROUND_TIME) if task in TASK_DEFAULTS else None
-    header = [f"# Leave-one-site-out benchmark: {protocol.get('task', '?')}", "",
+    header = [f"# Leave-one-site-out benchmark: {task or '?'}", "",
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
               f"{len(finished(records))} of {len(records)} recorded runs finished"
               f"{_of_design(design, records)} "

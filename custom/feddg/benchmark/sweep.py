@@ -41,8 +41,8 @@ from feddg.benchmark.executors.base import Cell, CellExecutor, Outcome
 from feddg.benchmark.executors.local import LocalExecutor
 from feddg.benchmark.protocol import (Protocol, Run, first_difference, owned_settings, run_experiment,
                                       run_overrides, seed_overrides)
-from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, finished, folder_lock, run_cpu,
-                                    prepare_folder, record_design, run_records)
+from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, finished, folder_lock,
+                                    prepare_folder, record_design, run_cpu, run_records)
 from feddg.benchmark.signals import STOP_SIGNALS, Interrupted, handle_stop_signals
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, write_json
