@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from feddg.folders import guard_folder
+
 
 def weights_and_gaps(record: dict[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(sites, weights [rounds x sites], gaps [rounds x sites], NaN where a site sent none) of a run's history;
@@ -220,6 +222,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from feddg.benchmark.results import load_records
 
+    try:
+        out = guard_folder(args.out or args.folder, "--out", whole=False)  # two files of its own, replaced by name
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     if not (args.folder / "sweep.json").is_file():
         print(f"{args.folder}: not a benchmark results folder (no sweep.json)", file=sys.stderr)
         return 2
@@ -237,7 +244,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     summary = summarise(rows, records, args.method, args.control)
     command = "python benchmarks/ga_gaps.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    out = args.out or args.folder
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(rows, summary, command, args.method, args.control)
     (out / "ga_gaps.md").write_text(text)

@@ -27,6 +27,8 @@ import numpy as np
 
 from feddg.benchmark.sweep import Protocol, parse_seeds, sweep
 from feddg.jsonfile import read_json, write_json
+from feddg.folders import guard_folder
+from feddg.numbers import finite, seconds
 from feddg.report import machine_info, software_versions
 
 
@@ -134,9 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local-epochs", type=int, default=1)
     parser.add_argument("--held-out", help="comma-separated held-out sites (default: the job's)")
     parser.add_argument("--seeds", default="0")
-    parser.add_argument("--gain", type=float, default=0.01)
+    parser.add_argument("--gain", type=finite, default=0.01)
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--run-timeout", type=float, default=3600)
+    parser.add_argument("--run-timeout", type=seconds, default=3600)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/pilot_rounds"))
     args = parser.parse_args(argv)
     from feddg.config import parse_overrides
@@ -148,12 +150,16 @@ def main(argv: list[str] | None = None) -> int:
     overrides = merge(parse_overrides(args.overrides),
                       {"train": {"rounds": args.rounds, "local_epochs": args.local_epochs}})
     held_out = args.held_out.split(",") if args.held_out else [TASK_DEFAULTS[args.task]["data"]["unseen_site"]]
-    out = args.out / args.task
+    try:
+        guard_folder(args.out, "--out", whole=False)  # where the task's folder goes
+        out = guard_folder(args.out / args.task, "--out (its <task> folder)")  # a sweep's results folder
+    except ValueError as e:
+        parser.error(str(e))
     command = "python benchmarks/pilot_rounds.py " + " ".join(argv if argv is not None else sys.argv[1:])
     records = sweep(out, Protocol(args.task, overrides), ["fedavg"], held_out, parse_seeds(args.seeds),
                     timeout=args.run_timeout, report=lambda line: print(line, flush=True))
     summary = summarise(args.task, records, args.gain, command)
-    write_json(out / "pilot.json", summary, indent=1)  # the raw numbers first, then what is made from them
+    write_json(out / "pilot.json", summary, indent=1, finite=True)  # the raw numbers first, then what is made from them
     (out / "pilot.md").write_text(markdown(read_json(out / "pilot.json")))
     plot(summary, out / "pilot.png")
     print((out / "pilot.md").read_text())

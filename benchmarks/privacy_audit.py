@@ -41,6 +41,7 @@ import numpy as np
 from PIL import Image
 
 from feddg.data.dataset import crop_square, resize_images
+from feddg.numbers import finite, positive
 
 from phase_retrieval_attack import format_table, run_audit, summarize, synthetic_phantom  # next to this script
 
@@ -71,10 +72,10 @@ def main() -> None:
                         help="image sizes to audit (default: 64, the CPU jobs' size, and 384, the papers')")
     parser.add_argument("--iterations", type=int, default=1000, help="HIO+ER iterations per restart")
     parser.add_argument("--restarts", type=int, default=4, help="random restarts; the best Fourier fit is kept")
-    parser.add_argument("--beta", type=float, default=0.9)
-    parser.add_argument("--alpha", type=float, default=0.01)
+    parser.add_argument("--beta", type=finite, default=0.9)
+    parser.add_argument("--alpha", type=finite, default=0.01)
     parser.add_argument("--min-half-width", type=int, default=1)
-    parser.add_argument("--support-fraction", type=float, default=None,
+    parser.add_argument("--support-fraction", type=positive, default=None,
                         help="give both attacks a centred support box of this fraction of each side "
                              "(default: none)")
     parser.add_argument("--seed", type=int, default=0)

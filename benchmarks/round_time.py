@@ -42,6 +42,8 @@ from feddg.benchmark.launch import SimulatorRun, run_simulator
 from feddg.compute import SITE_PROCESSES_ENV
 from feddg.flare.constants import SIMULATOR_JOB
 from feddg.flare.timings import TIMINGS_FILE, read_timings
+from feddg.folders import claim, guard_folder
+from feddg.numbers import positive, seconds
 from feddg.report import machine_info, software_versions
 
 
@@ -223,14 +225,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--paper", action="store_true", help="the papers' setting (384 px, batch 5, one epoch)")
     parser.add_argument("--cases-per-site", type=int, help="synthetic volumes per site (the papers: about 30)")
-    parser.add_argument("--compare-interval", type=float, help="also run with this task_request_interval")
+    parser.add_argument("--compare-interval", type=positive, help="also run with this task_request_interval")
     parser.add_argument("--skip-local", action="store_true", help="do not run the local-training baseline")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds per run")
+    parser.add_argument("--timeout", type=seconds, default=3600, help="seconds per run")
     parser.add_argument("--out", default="/tmp/feddg/round_time")
     args = parser.parse_args(argv)
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = claim(guard_folder(args.out, "--out"), "benchmarks/round_time.py")  # its workspace is cleared each run
+    except ValueError as e:
+        parser.error(str(e))
     job_dir = write_benchmark_job(out / "jobs", args.job, args.rounds, args.paper, args.cases_per_site)
     from feddg.simulate import simulator_threads
     from feddg.flare.constants import TASK_REQUEST_INTERVAL

@@ -27,6 +27,7 @@ from feddg.benchmark.protocol import as_json, differences, first_difference
 from feddg.benchmark.record import finished
 from feddg.benchmark.results import seed_dice
 from feddg.benchmark.sweep import case_scores_of
+from feddg.folders import guard_folder
 
 
 def compare(records: Sequence[dict[str, Any]], labels: Sequence[str]) -> list[dict[str, Any]]:
@@ -80,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = shlex.join(["python", "benchmarks/same_cell.py", *(sys.argv[1:] if argv is None else argv)])
     try:
+        args.out = guard_folder(args.out, "--out", whole=False)  # two files of its own, replaced by name
         rows = compare([json.loads(p.read_text()) for p in args.runs], args.label)
     except (OSError, ValueError, KeyError) as e:
         print(f"same_cell: {type(e).__name__}: {e}", file=sys.stderr)

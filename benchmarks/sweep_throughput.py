@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from feddg.compute import available_cores
+from feddg.folders import guard_folder
+from feddg.numbers import seconds
 from feddg.report import machine_info, software_versions
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "sweep_throughput"
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parallel", default="1,2", help="the runs at once to compare, in order (default 1,2)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="a feddg.yaml setting of every run (repeatable)")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds a run may take")
+    parser.add_argument("--timeout", type=seconds, default=3600, help="seconds a run may take")
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     args = parser.parse_args(argv)
     parallels = [int(p) for p in args.parallel.split(",")]
@@ -96,7 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     if max(parallels) > available_cores():
         parser.error(f"--parallel {max(parallels)}: more runs at once than this machine's {available_cores()} cores")
 
-    out = Path(args.out)
+    try:
+        out = guard_folder(args.out, "--out", whole=False)  # two files of its own, replaced by name
+    except ValueError as e:
+        parser.error(str(e))
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="feddg-sweep-throughput-"))
     results: dict[str, Any] = {"command": " ".join(["python benchmarks/sweep_throughput.py", *argv]),

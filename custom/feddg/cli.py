@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from feddg.folders import claim, guard_folder
+from feddg.numbers import seconds
 
 if TYPE_CHECKING:
     from feddg.benchmark.protocol import Protocol
@@ -51,7 +53,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     given = {k: getattr(args, k) for k in ("seed", "cases_per_site", "slices_per_case", "size", "shift")}
     cfg = SyntheticConfig(**{**TASK_DEFAULTS[args.task]["data"]["synthetic"],
                              **{k: v for k, v in given.items() if v is not None}})
-    out = generate(args.task, Path(args.out), cfg, args.sites or None)
+    out = generate(args.task, claim(guard_folder(args.out, "--out"), "feddg synth"), cfg, args.sites or None)
     print(f"wrote synthetic {args.task} sites to {out}")
     return 0
 
@@ -66,10 +68,14 @@ def _cmd_make_jobs(args: argparse.Namespace) -> int:
     if overrides and (args.out is None or args.check):
         raise ValueError("--set and --paper write jobs that differ from the template: give --out DIR (not the "
                          "committed jobs/) and no --check")
-    if args.out is not None:
-        output_folder(args.out, "--out", template_jobs=not overrides, reading=args.check)
+    if args.out is not None and args.check and not args.out.strip():
+        raise ValueError("--out is empty: give the folder of the jobs to check")
+    if args.out is not None and not args.check:  # adds one folder per job (NVFlare replaces only a folder of that job)
+        guard_folder(args.out, "--out", whole=False, template_jobs=not overrides)
     args.out = args.out or "jobs"
     provisioning = Path(args.out).parent / "provisioning"
+    if not args.check and not args.names and not overrides and args.out != "jobs":
+        guard_folder(provisioning, "--out (its ../provisioning)", whole=False)
     if args.check:
         stale = stale_files(Path(args.out)) + stale_projects(provisioning)
         for path in stale:
@@ -96,7 +102,8 @@ def _cmd_install_policy(args: argparse.Namespace) -> int:
 def _cmd_resume_job(args: argparse.Namespace) -> int:
     from feddg.resume import resume_job
 
-    out, start, total = resume_job(Path(args.job), Path(args.previous), Path(args.out), args.rounds)
+    out = guard_folder(args.out, "--out", inputs=[args.job, args.previous])
+    out, start, total = resume_job(Path(args.job), Path(args.previous), out, args.rounds)
     print(f"wrote {out}: rounds {start}..{total - 1} of {total}, from the model saved after round {start - 1}")
     return 0
 
@@ -120,24 +127,6 @@ def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 COMMITTED_JOBS = Path(__file__).resolve().parents[2] / "jobs"  # the repository's job folders (a source checkout)
-
-
-def output_folder(value: str, flag: str, template_jobs: bool = False, reading: bool = False) -> Path:
-    """``value`` as the folder a command writes into, made absolute: ValueError naming ``flag`` for an empty value,
-    the current folder when it holds anything, and the repository's committed jobs/ or a folder in it (unless
-    ``template_jobs``: make-jobs writing the template itself). ``reading`` (a check): only the empty value."""
-    if not value.strip():
-        raise ValueError(f"{flag} is empty: give a folder")
-    path = Path(value).expanduser().resolve()
-    if reading:
-        return path
-    if path == Path.cwd().resolve() and any(path.iterdir()):
-        raise ValueError(f"{flag} {value!r} is the current folder, which is not empty: give a new or empty folder")
-    jobs = COMMITTED_JOBS.resolve()
-    if not template_jobs and (path == jobs or jobs in path.parents):
-        raise ValueError(f"{flag} {value!r} is in the repository's committed {jobs}, which only the template "
-                         f"writes: give another folder")
-    return path
 
 
 def _names(value: str | None, flag: str) -> list[str] | None:
@@ -192,7 +181,8 @@ def _sweep_options(args: argparse.Namespace, simulator_args: list[str]
     from feddg.flare.registry import merge, methods
     from feddg.jobs import TASK_DEFAULTS
 
-    out = output_folder(args.out, "--out")
+    inputs = [args.data_root] if args.data_root and args.data_root.strip() else []
+    out = guard_folder(args.out, "--out", inputs=inputs)
     seeds = parse_seeds(args.seeds)
     if args.resamples < 1:
         raise ValueError(f"--resamples {args.resamples}: give a positive number of resamples")
@@ -243,9 +233,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
     saved = {m.name: Path(getattr(args, _saved_dest(m.name))) for m in saved_models()
              if getattr(args, _saved_dest(m.name)) is not None}
+    overlays = None
+    if args.overlays is not None:  # PNGs replaced by name: a folder of its own
+        overlays = claim(guard_folder(args.overlays, "--overlays", inputs=[
+            args.data_root, *([args.model] if args.model else []), *saved.values()]), "feddg evaluate --overlays")
     return evaluate_folder(
         model_path=Path(args.model) if args.model else None, data_root=Path(args.data_root), sites=args.sites,
-        layout=args.layout, overlays_dir=Path(args.overlays) if args.overlays else None,
+        layout=args.layout, overlays_dir=overlays,
         json_path=Path(args.json) if args.json else None, largest_component=args.largest_component,
         saved_models=saved,
     )
@@ -254,7 +248,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _cmd_segment(args: argparse.Namespace) -> int:
     from feddg.inference import segment_scans
 
-    return segment_scans(model_path=Path(args.model), inputs=[Path(p) for p in args.inputs], out_dir=Path(args.out),
+    # Masks are added by name, each refused if it exists unless --overwrite: the folder's location is checked here.
+    out = guard_folder(args.out, "--out", whole=False)
+    return segment_scans(model_path=Path(args.model), inputs=[Path(p) for p in args.inputs], out_dir=out,
                          largest_component=args.largest_component, overwrite=args.overwrite)
 
 
@@ -336,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "task (many rounds of one local epoch, chosen by the rounds pilot)")
     p.add_argument("--data-root", help="real data: a folder with one sub-folder per site")
     p.add_argument("--layout", choices=list(LAYOUTS), help="with --data-root")
-    p.add_argument("--run-timeout", type=float, default=3600, help="seconds a run may take (default: 3600)")
+    p.add_argument("--run-timeout", type=seconds, default=3600, help="seconds a run may take (default: 3600)")
     p.add_argument("--retry-failed", action="store_true", help="run failed or timed-out runs again")
     p.add_argument("--resamples", type=int, default=9999, help="bootstrap resamples (default: 9999)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated machine time; run nothing")
@@ -373,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("poc", help="rehearse a job in a local multi-site POC with the consortium's kits and policy")
     p.add_argument("job", help="a job folder, e.g. jobs/prostate_fedavg")
     p.add_argument("--workspace", default="/tmp/feddg/poc", help="POC folder (deleted and recreated)")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the job")
+    p.add_argument("--timeout", type=seconds, default=3600, help="seconds to wait for the job")
     p.set_defaults(func=_cmd_poc)
 
     p = sub.add_parser("rehearse-network", help="rehearse a job with provisioned kits on separate network stacks "

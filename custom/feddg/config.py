@@ -343,13 +343,19 @@ def parse_overrides(assignments: list[str]) -> dict[str, Any]:
     Each value is read as YAML with the rules of ``feddg.yaml`` (``20`` an integer, ``1e-3`` a float, ``null``,
     ``[BMC, HK]`` a list, anything else a string). Whether the key exists and the value fits is the schema's
     business: merge the result into an experiment and validate it (:func:`config_from_dict`), which names an unknown
-    key or a wrong type. ConfigError for an assignment that is not ``dotted.key=value``."""
+    key or a wrong type. ConfigError for an assignment that is not ``dotted.key=value``, a key given twice, and a
+    key under another one's value (``train.lr=1`` with ``train.lr.x=2``)."""
     out: dict[str, Any] = {}
+    given: dict[str, str] = {}
     for assignment in assignments:
         key, sep, text = assignment.partition("=")
         parts = key.strip().split(".")
         if not sep or not all(p.strip() for p in parts):
             raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. train.rounds=20")
+        dotted = ".".join(p.strip() for p in parts)
+        if dotted in given:  # the last one would win silently: which one was meant?
+            raise ConfigError(f"--set {dotted} given twice ({given[dotted]!r} and {assignment!r}): give it once")
+        given[dotted] = assignment
         try:
             value = yaml.load(text, Loader=_StrictLoader) if text.strip() else ""  # noqa: S506 - a SafeLoader
         except yaml.YAMLError as e:
@@ -364,3 +370,14 @@ def parse_overrides(assignments: list[str]) -> dict[str, Any]:
             raise ConfigError(f"--set {assignment!r}: {key.strip()} is a section, not a value")
         node[parts[-1].strip()] = value
     return out
+
+
+def check_task_override(overrides: Mapping[str, Any], task: str, job: str) -> None:
+    """ConfigError when ``overrides`` (from :func:`parse_overrides`) set ``data.task`` to another task than the job
+    ``job``'s own ``task``: a job's components, sites and layout are its task's, so the run would fail later (a
+    site, 40 s in) instead of here."""
+    data = overrides.get("data")
+    given = data.get("task") if isinstance(data, Mapping) else None
+    if given is not None and given != task:
+        raise ConfigError(f"--set data.task={given}: {job} is a {task} job; run a {given} job instead "
+                          f"(jobs/{given}_<method>)")

@@ -23,10 +23,11 @@ from typing import Any
 
 import yaml
 
-from feddg.config import ConfigError, FedDGConfig, read_yaml
+from feddg.config import ConfigError, FedDGConfig, check_task_override, read_yaml
 from feddg.flare.constants import CONFIG_FILE, TASK_REQUEST_INTERVAL, FedDGTask
 from feddg.flare.registry import experiment_from_dict, merge, method, methods
 from feddg.flare.site_policy import FED_EVENT_CONVERTER, TB_RECEIVER, TB_WRITER
+from feddg.folders import claim
 from feddg.report import REPORT_FILE
 
 # CPU-sized defaults on the synthetic data; docs/gpu.md says what to change on a GPU.
@@ -79,7 +80,9 @@ JOBS = [f"{task}_{name}" for name, m in methods().items() for task in TASK_DEFAU
 
 
 def experiment(task: str, method_name: str, overrides: dict | None = None, validate: bool = True) -> dict[str, Any]:
-    """The ``feddg.yaml`` content of one job, validated unless ``validate`` is off (to compare settings)."""
+    """The ``feddg.yaml`` content of one job, validated unless ``validate`` is off (to compare settings);
+    ConfigError for overrides that set another task (:func:`feddg.config.check_task_override`)."""
+    check_task_override(overrides or {}, task, f"{task}_{method_name}")
     raw = merge(merge(TASK_DEFAULTS[task], method(method_name).experiment(task)), overrides or {})
     if validate:
         experiment_from_dict(raw)  # fail here, not in a site's process
@@ -160,13 +163,22 @@ def job_meta(name: str, cfg: FedDGConfig) -> dict[str, Any]:
     }
 
 
-def override_job(job: Path, overrides: dict[str, Any], out: Path) -> Path:
+def override_job(job: Path, overrides: dict[str, Any], out: Path, claim_as: str = "") -> Path:
     """A copy of the job folder ``job`` at ``out`` (replaced if it exists) with ``overrides`` (from
     :func:`feddg.config.parse_overrides`) merged into its ``feddg.yaml``, validated as a whole, and its
-    ``meta.json`` following the experiment's sites. ConfigError naming the file and the field otherwise."""
+    ``meta.json`` following the experiment's sites. ConfigError naming the file and the field otherwise, before
+    anything is written. ``claim_as``: the command that makes ``out``'s parent, marked as ours
+    (:func:`feddg.folders.claim`) once the copy is accepted."""
     job, out = Path(job), Path(out)
     source = job / "app" / "config" / CONFIG_FILE
-    experiment_ = merge(read_yaml(source), overrides)
+    own = read_yaml(source)
+    task = (own.get("data") or {}).get("task") if isinstance(own.get("data"), dict) else None
+    if isinstance(task, str):
+        check_task_override(overrides, task, str(job))
+    try:
+        experiment_ = merge(own, overrides)
+    except ConfigError as e:
+        raise ConfigError(f"{source} with --set: {e}") from None
     try:
         cfg = experiment_from_dict(experiment_)
     except ConfigError as e:
@@ -175,6 +187,8 @@ def override_job(job: Path, overrides: dict[str, Any], out: Path) -> Path:
     if set((meta.get("deploy_map") or {"app": []})) != {"app"}:
         raise ConfigError(f"{job / 'meta.json'}: --set needs the one-app deploy map of the generated jobs "
                           f"({{\"app\": [\"server\", sites...]}})")
+    if claim_as:
+        claim(out.parent, claim_as)
     if out.exists():
         shutil.rmtree(out)
     shutil.copytree(job, out)

@@ -37,11 +37,17 @@ _JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a num
                type(None): "null"}
 
 
-def write_json(path: str | os.PathLike, data: Any, indent: int | None = None) -> None:
-    """Write to a sibling temporary file, then rename it into place (atomic on one file system)."""
+def write_json(path: str | os.PathLike, data: Any, indent: int | None = None, finite: bool = False) -> None:
+    """Write to a sibling temporary file, then rename it into place (atomic on one file system). ``finite`` (a
+    result file: a benchmark's tables, a run's record): ValueError naming the file, and nothing written, when
+    ``data`` holds NaN or an infinity, which strict JSON readers refuse and no measured number is."""
+    try:
+        text = json.dumps(data, indent=indent, allow_nan=not finite)
+    except ValueError as e:
+        raise ValueError(f"{path}: not written: {e} (a result file holds no NaN or Infinity)") from None
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump(data, f, indent=indent)
+        f.write(text)
     os.replace(tmp, path)
 
 

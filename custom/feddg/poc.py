@@ -19,6 +19,7 @@ The admin commands run with ``HOME`` inside the workspace, so the user's own ``~
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -37,6 +38,8 @@ from feddg.compute import SITE_PROCESSES_ENV
 from feddg.flare.registry import load_experiment
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.site_policy import install_site_policy
+from feddg.folders import claim, guard_folder
+from feddg.numbers import seconds
 from feddg.provisioning import FED_LEARN_PORT, hospital_admins, project
 from feddg.report import REPORT_FILE, format_table
 
@@ -74,10 +77,10 @@ class POC:
 
 def prepare(workspace: Path, task: str, sites: list[str]) -> POC:
     """``nvflare poc prepare`` with the consortium's project restricted to the job's sites, then the site policy."""
-    workspace = Path(workspace).resolve()
+    workspace = guard_folder(workspace, "--workspace")  # cleared below: a folder of ours only
     if workspace.exists():
         shutil.rmtree(workspace)
-    workspace.mkdir(parents=True)
+    claim(workspace, "feddg poc --workspace")
     spec = project(task, server="localhost", sites=sites)
     project_file = workspace / "project.yml"
     project_file.write_text(yaml.safe_dump(spec, sort_keys=False))
@@ -273,8 +276,15 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("job", help="a job folder, e.g. jobs/prostate_fedavg")
     parser.add_argument("--workspace", default="/tmp/feddg/poc", help="POC folder (deleted and recreated)")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for the job")
+    parser.add_argument("--timeout", type=seconds, default=3600, help="seconds to wait for the job")
     args = parser.parse_args(argv)
+    try:
+        if not args.timeout > 0 or not math.isfinite(args.timeout):
+            raise ValueError(f"--timeout {args.timeout:g}: give a positive, finite number of seconds")
+        guard_folder(args.workspace, "--workspace", inputs=[args.job])  # before anything is made or started
+    except ValueError as e:
+        print(f"feddg poc: error: {e}", file=sys.stderr)
+        return 2
     try:
         rehearse(Path(args.job), Path(args.workspace), args.timeout)
     except RehearsalError as e:

@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from feddg.compute import SITE_PROCESSES_ENV, concurrent_runs_from_env
+from feddg.folders import claim, guard_folder
 
 
 def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
@@ -25,18 +26,25 @@ def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
     from feddg.flare.site_policy import install_resources
 
     simulator_flags(rest)  # a mistyped flag fails here, naming it, not in NVFlare's log
+    if not (Path(job) / "meta.json").is_file():
+        raise ValueError(f"{job}: not a job folder (no meta.json); the jobs are under jobs/, e.g. jobs/prostate_ga")
+    # The simulator clears its workspace when it starts: nothing but a folder of ours goes to it.
+    workspace_path = guard_folder(workspace, "-w", inputs=[job])
     if overrides:
         from feddg.config import parse_overrides
         from feddg.jobs import override_job
 
-        # Beside the workspace, not in it: the simulator clears its workspace when it starts.
-        workspace_path = Path(workspace).resolve()
-        copy = override_job(Path(job), parse_overrides(overrides),
-                            workspace_path.with_name(f"{workspace_path.name}_job") / Path(job).resolve().name)
+        # Beside the workspace, not in it (the simulator clears its workspace); a folder of ours too, since an
+        # earlier copy of the same job there is replaced.
+        copies = guard_folder(workspace_path.with_name(f"{workspace_path.name}_job"), "-w (its job copy <-w>_job)",
+                              inputs=[job])
+        copy = override_job(Path(job), parse_overrides(overrides), copies / Path(job).resolve().name,
+                            claim_as="feddg simulate --set")
         print(f"wrote {copy}: {job} with --set {' '.join(overrides)}", flush=True)
         job = str(copy)
-    local = Path(workspace) / "local"
+    local = workspace_path / "local"
     install_resources(local)
+    claim(workspace_path, "feddg simulate -w", inside="local")  # NVFlare keeps local/ when it clears the workspace
     configured = configure_simulated_sites(Path(job), local)
     if configured is not None:
         path, settings = configured
@@ -47,7 +55,7 @@ def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
         raise OSError("the nvflare command is not on PATH; install the requirements first")
     rest, site_processes = simulator_threads(Path(job), rest)
     site_processes *= concurrent_runs_from_env()  # every site process on the host: the sweep's runs at once
-    command = [nvflare, "simulator", job, "-w", workspace, *rest]
+    command = [nvflare, "simulator", job, "-w", str(workspace_path), *rest]
     os.environ[SITE_PROCESSES_ENV] = str(site_processes)
     print(f"running: {SITE_PROCESSES_ENV}={site_processes} {' '.join(command)}", flush=True)
     os.execv(nvflare, command)

@@ -16,10 +16,11 @@ task's GA job; methods that train more per round, such as ELCFS, take longer), a
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
-from feddg.jsonfile import read_json
+from feddg.jsonfile import read_json_object
 
 DESIGN_SEEDS = 5  # seeds per cell in the full design (the benchmark issue's design: about 400 runs in all)
 PAPER_ROUND_TIME = "paper_round_time.json"  # in a sweep folder: benchmarks/round_time.py --paper's round_time.json
@@ -59,20 +60,30 @@ def paper_size_cost(task: str, round_time_file: Path) -> dict[str, Any]:
                             "measure": measure_command(task)}
     if not round_time_file.exists():
         return cost
-    measured = read_json(round_time_file)
+    measured = read_json_object(round_time_file)  # ValueError naming the file when it is not a JSON object
     if measured.get("paper") is not True:
         raise ValueError(f"{round_time_file}: 'paper' is {measured.get('paper')!r}; the design's cost needs a "
                          f"paper-size round time (benchmarks/round_time.py --paper)")
-    if not str(measured.get("job", "")).startswith(f"{task}_"):
+    if not (isinstance(measured.get("job"), str) and measured["job"].startswith(f"{task}_")):
         raise ValueError(f"{round_time_file}: 'job' is {measured.get('job')!r}, not a {task} job")
-    try:
-        round_s = float(measured["federated_summary"]["round_s"])
-        machine = measured["machine"]
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{round_time_file}: no federated_summary.round_s and machine ({e!r})") from e
+    summary, machine = measured.get("federated_summary"), measured.get("machine")
+    round_s = summary.get("round_s") if isinstance(summary, dict) else None
+    if isinstance(round_s, bool) or not isinstance(round_s, (int, float)) or not (math.isfinite(round_s)
+                                                                                  and round_s > 0):
+        raise ValueError(f"{round_time_file}: 'federated_summary.round_s' is {round_s!r}; a round time is a "
+                         f"positive, finite number of seconds")
+    if not isinstance(machine, dict):
+        raise ValueError(f"{round_time_file}: 'machine' is {machine!r}, not an object naming the device")
+    for key in ("gpu", "cpu"):
+        if key in machine and not (isinstance(machine[key], str) and machine[key].strip()):
+            raise ValueError(f"{round_time_file}: 'machine.{key}' is {machine[key]!r}, not a device's name")
+    command = measured.get("command")
+    if command is not None and not isinstance(command, str):
+        raise ValueError(f"{round_time_file}: 'command' is {command!r}, not the command line that measured it")
     gpu = "gpu" in machine
-    return {**cost, "round_s": round_s, "device": machine["gpu"] if gpu else f"{machine.get('cpu', '?')} (CPU)",
-            "gpu": gpu, "hours": design_hours(runs, rounds, round_s), "measured_by": measured.get("command")}
+    return {**cost, "round_s": float(round_s), "device": machine["gpu"] if gpu else
+            f"{machine.get('cpu', '?')} (CPU)", "gpu": gpu, "hours": design_hours(runs, rounds, float(round_s)),
+            "measured_by": command}
 
 
 def cost_line(cost: dict[str, Any]) -> str:

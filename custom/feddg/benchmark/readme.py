@@ -28,6 +28,7 @@ from pathlib import Path
 
 OPEN = "<!-- {kind}: {folder} -->"  # kind: "results" (the tables) or "verdicts" (the front page's headline)
 CLOSE = "<!-- /results -->"
+OPENER = re.compile(r"<!-- (?:results|verdicts): ")  # the start of any block
 QUOTED = ("Dice", "Seed values", "What the evidence")  # the sections of results.md the page quotes, by the start
 # of their title
 VERDICTS = "What the evidence"  # the section of generated sentences, quoted alone in a verdicts block
@@ -61,8 +62,13 @@ def quote(readme: str, root: Path, folder: str) -> str:
         at = readme.find(start)
         while at >= 0:
             stop = readme.find(CLOSE, at)
-            if stop < 0:
-                raise ValueError(f"the page's block {start!r} has no closing {CLOSE!r}")
+            # A block's closer comes before the next block opens: else the rewrite would take the next block's
+            # text (and its closer) with it.
+            following = OPENER.search(readme, at + len(start))
+            if stop < 0 or (following is not None and following.start() < stop):
+                line = readme.count("\n", 0, at) + 1
+                raise ValueError(f"line {line}: the block {start!r} has no closing {CLOSE!r} before the next block "
+                                 f"or the end of the page; nothing was rewritten")
             blocks.append((at, stop, start, extract))
             at = readme.find(start, stop)
     if not blocks:
@@ -73,7 +79,11 @@ def quote(readme: str, root: Path, folder: str) -> str:
         raise ValueError(f"{results}: no results.md (run the benchmark into {folder} first)")
     text = results.read_text()
     for at, stop, start, extract in sorted(blocks, key=lambda block: -block[0]):  # from the end: offsets hold
-        readme = readme[:at] + f"{start}\n{extract(text)}\n" + readme[stop:]
+        quoted = extract(text)
+        if not quoted:  # an empty or truncated results.md: never an empty block that reads as "no results"
+            raise ValueError(f"{results}: none of the sections the block {start!r} quotes (### {' / '.join(QUOTED)}"
+                             f" ...); regenerate it with feddg benchmark; nothing was rewritten")
+        readme = readme[:at] + f"{start}\n{quoted}\n" + readme[stop:]
     return readme
 
 
@@ -86,9 +96,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="the folder the result folders are relative to (default: the current directory)")
     parser.add_argument("--check", action="store_true", help="rewrite nothing; exit 1 if a block is out of date")
     args = parser.parse_args(argv)
-    text = args.readme.read_text()
-    new = text
     try:
+        if not args.readme.is_file():
+            raise ValueError("is a folder, not a page" if args.readme.is_dir() else "no such page")
+        text = args.readme.read_text()
+        new = text
         for folder in args.folders:
             new = quote(new, args.root, folder)
     except ValueError as e:

@@ -12,6 +12,7 @@ works on a folder at a time (:func:`folder_lock`).
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import shutil
 import socket
@@ -46,11 +47,44 @@ def run_cpu(record: dict[str, Any]) -> str | None:
     return (record.get("executor") or {}).get("cpu")
 
 
+# What every run.json holds (key -> kind), and what a finished one holds besides; older records may lack the rest
+# (code, executor, ended_at), which the tables count as unknown.
+RECORD_KEYS: dict[str, type | tuple[type, ...]] = {"run": dict, "run_id": str, "status": str,
+                                                   "wall_s": (int, float), "config": dict}
+RUN_KEYS = {"task": str, "method": str, "held_out": str, "seed": int}
+FINISHED_KEYS = {"report": dict}
+
+
+def check_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` (read from ``path``) when it holds what a run record must (:data:`RECORD_KEYS`, ``run``'s
+    :data:`RUN_KEYS`, and for a finished run :data:`FINISHED_KEYS`); ConfigError naming the file and the first
+    missing or wrongly typed field otherwise, and for a wall time that is negative or not finite."""
+    def kind_ok(value: Any, kind: type | tuple[type, ...]) -> bool:
+        return isinstance(value, kind) and not isinstance(value, bool)
+
+    wanted = [(k, record, kind) for k, kind in RECORD_KEYS.items()]
+    wanted += [(f"run.{k}", record.get("run") or {}, kind) for k, kind in RUN_KEYS.items()]
+    if record.get("status") == OK:
+        wanted += [(k, record, kind) for k, kind in FINISHED_KEYS.items()]
+    for field, holder, kind in wanted:
+        key = field.rpartition(".")[2]
+        if not isinstance(holder, dict) or key not in holder:
+            raise ConfigError(f"{path}: no {field!r}; a run record holds {sorted(RECORD_KEYS)} (run: "
+                              f"{sorted(RUN_KEYS)}; finished: {sorted(FINISHED_KEYS)})")
+        if not kind_ok(holder[key], kind):
+            raise ConfigError(f"{path}: {field!r} is {type(holder[key]).__name__} {holder[key]!r}, not "
+                              f"{getattr(kind, '__name__', 'a number')}")
+    if not (math.isfinite(record["wall_s"]) and record["wall_s"] >= 0):
+        raise ConfigError(f"{path}: 'wall_s' is {record['wall_s']!r}; a wall time is a finite number >= 0")
+    return record
+
+
 def run_records(out: Path) -> dict[str, dict[str, Any]]:
     """Folder name -> record, for every ``runs/<name>/run.json`` of ``out`` that can be read, in name order (one
-    that cannot is no record: its run counts as not run)."""
-    found = {path.parent.name: read_json(path) for path in sorted(Path(out).glob(f"runs/*/{RUN_FILE}"))}
-    return {name: record for name, record in found.items() if record}
+    that cannot be read as JSON is no record: its run counts as not run, as after a write that was cut short). A
+    record that reads but lacks a field is refused (:func:`check_record`): its numbers would be guesses."""
+    found = {path.parent.name: (path, read_json(path)) for path in sorted(Path(out).glob(f"runs/*/{RUN_FILE}"))}
+    return {name: check_record(path, record) for name, (path, record) in found.items() if record}
 
 
 def _utc_now() -> str:

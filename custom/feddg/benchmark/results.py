@@ -579,7 +579,7 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
                                       "runs_by_cpu": runs_by_cpu(records), "versions": software_versions(),
                                       "machine_time": spent, "paper_size": paper_size,
                                       "pooled_seed_sd": pooled_seed_sd(spread),
-                                      "comparisons": serial, "runs": runs}, indent=1)
+                                      "comparisons": serial, "runs": runs}, indent=1, finite=True)
     return {"csv": out / "results.csv", "markdown": out / "results.md", "json": out / "results.json",
             "plots": figures}
 

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_rec
                                     prepare_folder, record_design, run_cpu, run_records)
 from feddg.benchmark.signals import STOP_SIGNALS, Interrupted, handle_stop_signals
 from feddg.config import ConfigError
+from feddg.folders import claim
 from feddg.jsonfile import read_json, write_json
 from feddg.report import REPORT_FILE
 
@@ -188,7 +190,7 @@ def _run_cells(protocol: Protocol, cells: Sequence[Cell], executor: CellExecutor
 
     def on_done(cell: Cell, outcome: Outcome) -> None:
         record = _outcome(cell.run, protocol, run_experiment(protocol, cell.run), cell.folder, outcome)
-        write_json(cell.folder / RUN_FILE, record, indent=2)  # atomic: a run.json is whole or absent
+        write_json(cell.folder / RUN_FILE, record, indent=2, finite=True)  # atomic: a run.json is whole or absent
         if record["status"] == INTERRUPTED:
             stopped.append(cell.run_id)
         recorded(cell, record)
@@ -342,25 +344,46 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
             done, todo = _split(runs, run_records(out), retry_failed)
             _report_plan(protocol, runs, done, todo, report)
             return list(done.values())
-        Path(out).mkdir(parents=True, exist_ok=True)
-        with folder_lock(out, report):
-            prepare_folder(out, protocol, report)
-            check_records(out, protocol, move_aside, report)
-            folder = run_records(out)
-            done, todo = _split(runs, folder, retry_failed)
-            _report_plan(protocol, runs, done, todo, report)
-            cells = [prepare_cell(run, protocol, out, timeout) for run in todo]
-            try:
-                if cells:
-                    executor.check(cells)  # refused in one line before any run, the reproduce check's included
-                    check_code(out, folder, protocol, timeout, reproduce_check, report, executor)
-                record_design(out, methods, held_out, seeds)  # accepted: a refused sweep leaves it as it was
-                _run_all(protocol, runs, done, cells, executor, report, after_run)
-            finally:  # a cell that was never run leaves no folder (one that ran has its run.json)
-                for cell in cells:
-                    if not (cell.folder / RUN_FILE).exists():
-                        shutil.rmtree(cell.folder, ignore_errors=True)
-            return [done[r.run_id] for r in runs]
+        with _undone_if_refused(Path(out)) as accepted:
+            with folder_lock(out, report):
+                prepare_folder(out, protocol, report)
+                check_records(out, protocol, move_aside, report)
+                folder = run_records(out)
+                done, todo = _split(runs, folder, retry_failed)
+                _report_plan(protocol, runs, done, todo, report)
+                cells = [prepare_cell(run, protocol, out, timeout) for run in todo]
+                try:
+                    if cells:
+                        executor.check(cells)  # refused in one line before any run, the reproduce check's included
+                        check_code(out, folder, protocol, timeout, reproduce_check, report, executor)
+                    record_design(out, methods, held_out, seeds)  # accepted: a refused sweep leaves it as it was
+                    accepted()
+                    _run_all(protocol, runs, done, cells, executor, report, after_run)
+                finally:  # a cell that was never run leaves no folder (one that ran has its run.json)
+                    for cell in cells:
+                        if not (cell.folder / RUN_FILE).exists():
+                            shutil.rmtree(cell.folder, ignore_errors=True)
+                return [done[r.run_id] for r in runs]
+
+
+@contextmanager
+def _undone_if_refused(out: Path) -> Iterator[Callable[[], None]]:
+    """Create ``out`` (marked as ours, :func:`feddg.folders.claim`) for the block; the block calls the function it
+    is given once the sweep is accepted. If the block ends before that (a refusal: the executor's check, a cluster
+    that cannot be reached, the code check), what it wrote is undone: a ``sweep.json`` it wrote into a folder that
+    had none, and the folder itself when the block made it, so that a refused sweep neither locks the folder to a
+    protocol that never ran nor leaves a folder behind."""
+    made, had_protocol = not out.exists(), (out / SWEEP_FILE).exists()
+    claim(out, "feddg benchmark --out")
+    state = {"accepted": False}
+    try:
+        yield lambda: state.update(accepted=True)
+    finally:
+        if not state["accepted"]:
+            if made:
+                shutil.rmtree(out, ignore_errors=True)
+            elif not had_protocol:
+                (out / SWEEP_FILE).unlink(missing_ok=True)
 
 
 def _split(runs: Sequence[Run], records: dict[str, dict], retry_failed: bool) -> tuple[dict[str, dict], list[Run]]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from feddg.config import FedDGConfig
+from feddg.config import ConfigError, FedDGConfig
 
 if TYPE_CHECKING:
     from nvflare.apis.dxo import DXO
@@ -183,11 +183,22 @@ class MethodPart:
 BASE_EXECUTOR = "feddg.flare.executor.FedDGExecutor"
 
 
-def merge(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """``base`` with ``overrides`` applied key by key, nested mappings merged (neither is changed)."""
+def merge(base: Mapping[str, Any], overrides: Mapping[str, Any], _path: str = "") -> dict[str, Any]:
+    """``base`` with ``overrides`` applied key by key, nested mappings merged (neither is changed). ConfigError
+    naming the key when an override puts keys under a setting that holds a value (``train.lr.x`` under the number
+    ``train.lr``, ``data.sites.HK`` under the list ``data.sites``): only sections have keys."""
     out = copy.deepcopy(dict(base))
     for key, value in overrides.items():
-        out[key] = merge(out.get(key, {}), value) if isinstance(value, Mapping) else copy.deepcopy(value)
+        where = f"{_path}{key}"
+        if isinstance(value, Mapping):
+            below = out.get(key, {})
+            if below is not None and not isinstance(below, Mapping):
+                first = next(iter(value), "")
+                raise ConfigError(f"--set {where}.{first}: {where} is a setting ({type(below).__name__} "
+                                  f"{below!r}), not a section, so it has no key {first!r}")
+            out[key] = merge(below or {}, value, f"{where}.")
+        else:
+            out[key] = copy.deepcopy(value)
     return out
 
 

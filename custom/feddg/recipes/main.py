@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
-from nvflare.recipe.sim_env import WORKSPACE_ROOT
+from nvflare.recipe.sim_env import SIMULATOR_WORKSPACE_ROOT_ENV_VAR, WORKSPACE_ROOT
 from nvflare.recipe.spec import ExecEnv
 
+from feddg.folders import guard_folder
+from feddg.numbers import seconds
 from feddg.recipes.recipe import FedDGRecipe, job_names, split_job
 
 PROG = "python -m feddg.recipes"
@@ -48,7 +52,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     poc.add_argument("--workspace", help="the POC's folder, deleted and recreated (default: /tmp/feddg/poc)")
     prod = parser.add_argument_group("--env prod")
     prod.add_argument("--kit", help="a hospital lead's admin startup kit of the deployment")
-    parser.add_argument("--timeout", type=float, default=3600,
+    parser.add_argument("--timeout", type=seconds, default=3600,
                         help="poc, prod: seconds to wait for the job (default: 3600)")
     return parser
 
@@ -66,11 +70,31 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ValueError("--env prod needs --kit ADMIN_KIT: a hospital lead's admin startup kit of the deployment")
     if args.threads is not None and args.threads < 1:
         raise ValueError(f"--threads {args.threads}: give 1 or more")
-    if not args.timeout > 0:
-        raise ValueError(f"--timeout {args.timeout:g}: give a positive number of seconds")
+    if not (args.timeout > 0 and math.isfinite(args.timeout)):  # nan fails both; every wait is bounded
+        raise ValueError(f"--timeout {args.timeout:g}: give a positive, finite number of seconds")
     for flag, value in (("-w", args.workspace_root), ("--workspace", args.workspace), ("--kit", args.kit)):
         if value is not None and not value.strip():
             raise ValueError(f"{flag} is empty: give a folder")
+
+
+def check_folders(args: argparse.Namespace) -> None:
+    """Every folder this run creates, clears or replaces, checked before anything is built
+    (:func:`feddg.folders.guard_folder`): with NVFlare's ``--export``, ``--export-dir`` (NVFlare replaces only a
+    folder of the same job in it); else the simulator's run folder ``ROOT/JOB`` of ``-w``, which NVFlare's simulator
+    clears, or the POC's ``--workspace``, which is deleted and recreated."""
+    from nvflare.recipe.spec import _peek_recipe_args  # the export flags NVFlare took out of sys.argv at import
+
+    export, export_dir = _peek_recipe_args()
+    if export:
+        guard_folder(export_dir, "--export-dir", whole=False)
+    elif args.env == "sim":
+        given = os.environ.get(SIMULATOR_WORKSPACE_ROOT_ENV_VAR) or args.workspace_root or WORKSPACE_ROOT  # as SimEnv
+        guard_folder(given, "-w", whole=False)  # where the run's folder goes
+        guard_folder(Path(given).expanduser() / args.job, f"-w {given} (its run folder ROOT/{args.job})")
+    elif args.env == "poc":
+        from feddg.recipes.poc import DEFAULT_WORKSPACE
+
+        guard_folder(args.workspace or DEFAULT_WORKSPACE, "--workspace")
 
 
 def make_env(args: argparse.Namespace, sites: list[str]) -> ExecEnv:
@@ -97,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
     from feddg.jobs import experiment
 
     _check_options(args)
+    check_folders(args)
     overrides = parse_overrides(args.overrides or [])
     task, method = split_job(args.job)
     sites = list(experiment_from_dict(experiment(task, method, overrides)).data.sites)  # refused before building

@@ -26,6 +26,7 @@ from feddg.flare.constants import SIMULATOR_JOB
 from feddg.flare.registry import simulated_site_config
 from feddg.flare.site_config import SITE_CONFIG_FILE
 from feddg.flare.site_policy import install_resources
+from feddg.folders import claim
 from feddg.process_tree import kill_tree
 from feddg.report import REPORT_FILE
 
@@ -81,6 +82,7 @@ class FedDGSimEnv(SimEnv):
         the run's ``local/``; returns its ``resources.json``."""
         local = self.workspace(job_name) / "local"
         resources = install_resources(local)
+        claim(self.workspace(job_name), "python job.py --env sim", inside="local")  # kept when NVFlare clears it
         settings = local / SITE_CONFIG_FILE
         if self.site_settings and not settings.exists():
             settings.write_text(json.dumps(self.site_settings, indent=2) + "\n")

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from feddg.config import parse_overrides
+from feddg.folders import guard_folder
 from feddg.flare.timings import TIMINGS_FILE, read_timings
 from feddg.jobs import override_job
 from feddg.poc import RehearsalError, download, server_errors, stop, submit, wait
@@ -91,17 +92,24 @@ def run_during_job(r: Rehearsal, job_id: str, names: list[str], thread_timeout: 
             for n in DURING_JOB if n in names}
 
 
-def rehearse_network(job: Path | None, workspace: Path, drills: list[str], subnet: str = DEFAULT_SUBNET,
+def rehearse_network(job: Path | None, workspace: str | Path, drills: list[str], subnet: str = DEFAULT_SUBNET,
                      timeout: float = 3600, overrides: dict | None = None) -> list[DrillOutcome]:
     """Provision, build the network, start everything, submit ``job`` (None: :func:`small_job`), run ``drills``
     during and after it, wait, download, print the metrics and the drills' table, write ``drills.json``, stop and
     remove everything."""
+    # Every folder this replaces is checked before anything is written (feddg.folders): the workspace, the small
+    # job beside it and the --set copy of the job.
+    inputs = [job] if job is not None else []
+    workspace = guard_folder(workspace, "--workspace", inputs=inputs)
+    small = guard_folder(workspace.parent / f"{workspace.name}_job", "--workspace (its job folder <ws>_job)",
+                         inputs=inputs)
+    copies = guard_folder(workspace.parent / f"{workspace.name}_job_set", "--workspace (its --set copy "
+                          "<ws>_job_set)", inputs=inputs) if overrides else None
     require_privileges()  # before anything is written
-    workspace = Path(workspace).resolve()
     refuse_if_running(workspace)  # before the job folders beside it are rewritten
-    job = Path(job).resolve() if job is not None else small_job(workspace.parent / f"{workspace.name}_job")
-    if overrides:
-        job = override_job(job, overrides, workspace.parent / f"{workspace.name}_job_set")
+    job = Path(job).resolve() if job is not None else small_job(small)
+    if copies is not None:
+        job = override_job(job, overrides, copies / job.name, claim_as="feddg rehearse-network --set")
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     r = None
@@ -174,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     says at which step); 130 interrupted."""
     try:
         drills = parse_drills(args.drills) if args.drills else []
-        outcomes = rehearse_network(Path(args.job) if args.job else None, Path(args.workspace), drills,
+        outcomes = rehearse_network(Path(args.job) if args.job else None, args.workspace, drills,
                                     args.subnet, args.timeout,
                                     parse_overrides(args.overrides) if args.overrides else None)
     except (RehearsalError, NetworkError, ValueError) as e:

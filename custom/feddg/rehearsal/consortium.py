@@ -21,6 +21,7 @@ from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.registry import load_experiment
 from feddg.flare.site_policy import install_site_policy
+from feddg.folders import claim, guard_folder
 from feddg.poc import POC, RehearsalError
 from feddg.provisioning import PROJECT_ADMIN, hospital_admins, project
 from feddg.rehearsal.network import DEFAULT_SUBNET, NetworkError, RehearsalNetwork, check_subnet, require_privileges
@@ -140,8 +141,9 @@ def setup(job: Path, workspace: Path, subnet: str = DEFAULT_SUBNET) -> Rehearsal
     sites = list(cfg.data.sites)
     project(cfg.data.task, server=SERVER_NAME, sites=sites)  # ValueError naming sites outside the consortium
     check_subnet(subnet)
+    guard_folder(workspace, "--workspace", inputs=[job])  # cleared below: a folder of ours only
     clear_workspace(workspace)
-    workspace.mkdir(parents=True)
+    claim(workspace, "feddg rehearse-network --workspace")
     prod = provision(workspace, cfg.data.task, sites, "kits")
     foreign = provision(workspace, cfg.data.task, sites, "foreign_kits")
     net = RehearsalNetwork.plan([SERVER_NAME, *sites, ADMINS, INTRUDER], SERVER_NAME, workspace, subnet)

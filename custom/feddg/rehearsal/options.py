@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from feddg.numbers import seconds
 from feddg.rehearsal.network import DEFAULT_SUBNET
 
 # The drills, in the order they run: those that act while the rehearsal's job runs, then those that run after it.
@@ -36,6 +37,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workspace", default="/tmp/feddg/rehearsal", help="folder (deleted and recreated)")
     parser.add_argument("--drills", default="all", help=f"all, or some of {','.join(DRILLS)}; '' for none")
     parser.add_argument("--subnet", default=DEFAULT_SUBNET, help="the test hosts' subnet, inside 198.18.0.0/15")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds to wait for each job")
+    parser.add_argument("--timeout", type=seconds, default=3600, help="seconds to wait for each job")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="change a feddg.yaml setting of the job (repeatable)")

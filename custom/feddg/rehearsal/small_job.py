@@ -6,6 +6,7 @@ import copy
 import shutil
 from pathlib import Path
 
+from feddg.folders import claim
 from feddg.jobs import TASK_DEFAULTS, write_job
 from feddg.rehearsal.consortium import DEAD_CLIENT_GRACE, HEART_BEAT_TIMEOUT
 
@@ -28,4 +29,4 @@ def small_job(out: Path) -> Path:
     exp["eval"]["batch_size"] = 8
     if Path(out).exists():
         shutil.rmtree(out)
-    return write_job(Path(out), "prostate_ga", exp)
+    return write_job(claim(out, "feddg rehearse-network (its small job)"), "prostate_ga", exp)

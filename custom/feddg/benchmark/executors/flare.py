@@ -55,6 +55,7 @@ import yaml
 from feddg.benchmark.executors.base import (FAILED, INTERRUPTED, OK, TIMEOUT, Cell, CellExecutor, ExecutorError, OnDone,
                                             Outcome, Report)
 from feddg.benchmark.signals import STOP_SIGNALS
+from feddg.numbers import non_negative, seconds
 
 ADMIN_CONFIG = Path("startup") / "fed_admin.json"  # what makes a folder an admin startup kit
 OTHER_KITS = {"fed_client.json": "a site's (client) startup kit", "fed_server.json": "the server's startup kit"}
@@ -81,12 +82,12 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
                             "sites' resources allow")
     group.add_argument("--site-gpus", type=int, default=0, metavar="G",
                        help="flare: GPUs each site reserves for one job (the job's resource_spec; default 0: CPU)")
-    group.add_argument("--site-gpu-mem", type=float, default=0.0, metavar="GIB",
+    group.add_argument("--site-gpu-mem", type=non_negative, default=0.0, metavar="GIB",
                        help="flare: GiB of each reserved GPU one job takes (resource_spec mem_per_gpu_in_GiB; "
                             "several jobs share a GPU as far as its memory goes; default 0)")
-    group.add_argument("--connect-timeout", type=float, default=15.0, metavar="S",
+    group.add_argument("--connect-timeout", type=seconds, default=15.0, metavar="S",
                        help="flare: seconds to wait for the deployment's server to answer (default 15)")
-    group.add_argument("--reconnect-timeout", type=float, default=300.0, metavar="S",
+    group.add_argument("--reconnect-timeout", type=seconds, default=300.0, metavar="S",
                        help="flare: seconds to wait for a server that stopped answering mid-sweep (a restart) "
                             "before the running cells are given up as interrupted (default 300)")
 

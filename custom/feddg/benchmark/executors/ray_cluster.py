@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 from feddg.benchmark.executors.base import INTERRUPTED, Cell, CellExecutor, ExecutorError, OnDone, Outcome, Report
 from feddg.benchmark.signals import STOP_SIGNALS
+from feddg.numbers import non_negative, positive
 
 MAX_FILE_BYTES = 16 * 2**20  # server files larger than this (models) stay on the worker
 CONNECT_TIMEOUT_S = 10.0  # how long the cluster's address may take to answer
@@ -50,9 +51,9 @@ SCRATCH_ENV = "FEDDG_RAY_SCRATCH"  # where a node runs its cells (the environmen
 def add_arguments(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--ray-address", metavar="ADDR",
                        help="ray: the cluster's head (HOST:PORT, or auto to join the cluster running on this machine)")
-    group.add_argument("--cpus-per-run", type=float, default=1.0, metavar="C",
+    group.add_argument("--cpus-per-run", type=positive, default=1.0, metavar="C",
                        help="ray: CPUs each run declares (default: 1); a node runs its CPUs / C runs at once")
-    group.add_argument("--gpus-per-run", type=float, default=0.0, metavar="G",
+    group.add_argument("--gpus-per-run", type=non_negative, default=0.0, metavar="G",
                        help="ray: GPUs each run declares (default: 0; 1 puts each run on a GPU of its own)")
     group.add_argument("--max-retries", type=int, default=2, metavar="N",
                        help="ray: times a run lost with its node is started again on another (default: 2)")
