@@ -51,10 +51,33 @@ def test_a_cpu_measurement_is_counted_in_cpu_hours(tmp_path):
 @pytest.mark.parametrize("changes, message", [
     ({"paper": False}, "'paper' is False"),
     ({"job": "fundus_ga"}, "'job' is 'fundus_ga', not a prostate job"),
-    ({"federated_summary": {}}, "no federated_summary.round_s"),
+    ({"federated_summary": {}}, "'federated_summary.round_s' is None"),
+    # a copied file with a negative, non-numeric or wrongly typed field gave negative or nan GPU-hours (and a bare
+    # NaN in results.json) or a traceback
+    ({"federated_summary": {"round_s": -9.0}}, "'federated_summary.round_s' is -9.0; a round time is a positive"),
+    ({"federated_summary": {"round_s": 0}}, "'federated_summary.round_s' is 0;"),
+    ({"federated_summary": {"round_s": "9 s"}}, "'federated_summary.round_s' is '9 s'"),
+    ({"federated_summary": {"round_s": True}}, "'federated_summary.round_s' is True"),
+    ({"federated_summary": {"round_s": float("nan")}}, "'federated_summary.round_s' is nan"),
+    ({"federated_summary": {"round_s": float("inf")}}, "'federated_summary.round_s' is inf"),
+    ({"federated_summary": [9.0]}, "'federated_summary.round_s' is None"),
+    ({"machine": "H100"}, "'machine' is 'H100', not an object"),
+    ({"machine": {"gpu": 7}}, "'machine.gpu' is 7, not a device's name"),
+    ({"command": ["round_time.py"]}, "'command' is \\['round_time.py'\\]"),
+    ({"job": None}, "'job' is None, not a prostate job"),
 ])
 def test_a_file_that_is_not_a_paper_size_measurement_of_the_task_is_refused_by_name(tmp_path, changes, message):
     path = _round_time(tmp_path, **changes)
+    with pytest.raises(ValueError, match=message) as e:
+        paper_size_cost("prostate", path)
+    assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("text, message", [("", "cannot read it as JSON"), ("[9.0]", "expected a JSON object"),
+                                           ("{'paper': true}", "cannot read it as JSON")])
+def test_a_file_that_is_not_json_is_refused_by_name(tmp_path, text, message):
+    path = tmp_path / PAPER_ROUND_TIME
+    path.write_text(text)
     with pytest.raises(ValueError, match=message) as e:
         paper_size_cost("prostate", path)
     assert str(path) in str(e.value)

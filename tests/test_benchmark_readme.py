@@ -99,3 +99,38 @@ def test_the_front_page_headline_is_generated_from_a_committed_seeded_result_set
         block = readme.split(f"<!-- verdicts: {folder} -->\n", 1)[1].split("<!-- /results -->", 1)[0]
         assert block.startswith("From ") and "\n- **" in block, "the basis of the verdicts, then the verdicts"
         assert main([str(ROOT / "README.md"), folder, "--root", str(ROOT), "--check"]) == 0
+
+
+def test_a_block_without_its_closer_never_takes_the_next_block_with_it(tmp_path):
+    """The generator used to rewrite from an unclosed block to the next block's closer, deleting the text between
+    (and the next block's opener) with exit status 0."""
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "results.md").write_text(RESULTS)
+    page = tmp_path / "README.md"
+    text = ("<!-- verdicts: res -->\nold verdicts\n\nA paragraph a person wrote.\n\n"
+            "<!-- results: other -->\nother tables\n<!-- /results -->\n")
+    page.write_text(text)
+    assert main([str(page), "res", "--root", str(tmp_path)]) == 2
+    assert page.read_text() == text
+    with pytest.raises(ValueError, match=r"line 1: the block '<!-- verdicts: res -->' has no closing"):
+        quote(text, tmp_path, "res")
+
+
+@pytest.mark.parametrize("content", ["", "# Leave-one-site-out benchmark\n\nProtocol (every run): `{}`\n"])
+def test_an_empty_or_truncated_results_file_is_refused_and_the_page_kept(tmp_path, capsys, content):
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "results.md").write_text(content)
+    page = tmp_path / "README.md"
+    text = "<!-- verdicts: res -->\n- **elcfs** vs fedavg: not resolved.\n<!-- /results -->\n"
+    page.write_text(text)
+    assert main([str(page), "res", "--root", str(tmp_path)]) == 2
+    assert "res/results.md: none of the sections the block" in capsys.readouterr().err
+    assert page.read_text() == text
+
+
+def test_a_page_that_is_missing_or_a_folder_is_named(tmp_path, capsys):
+    assert main([str(tmp_path / "README.md"), "res"]) == 2
+    assert "README.md: no such page" in capsys.readouterr().err
+    assert main([str(tmp_path), "res"]) == 2
+    assert "is a folder, not a page" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from feddg.benchmark.sweep import Protocol, Run, plan, prepare_folder, run_experiment, seed_overrides
-from feddg.cli import COMMITTED_JOBS
+from feddg.folders import COMMITTED_JOBS
 from feddg.config import ConfigError
 
 
@@ -475,7 +475,10 @@ def test_machine_time_counts_runs_made_at_once_once():
     (["--out", ""], "--out is empty"),
     (["--out", str(COMMITTED_JOBS)], "is in the repository's committed"),
     (["--out", str(COMMITTED_JOBS / "fundus_fedavg")], "is in the repository's committed"),
-    (["--run-timeout", "0"], "--run-timeout 0: give a positive number of seconds"),
+    (["--run-timeout", "0"], "argument --run-timeout: '0': give a positive number of seconds"),
+    (["--run-timeout", "nan"], "argument --run-timeout: 'nan': give a finite number"),
+    (["--run-timeout", "inf"], "argument --run-timeout: 'inf': give a finite number"),
+    (["--resamples", "0"], "--resamples 0: give a positive number of resamples"),
     (["--set", "train.seed=5"], "--set train.seed: the sweep sets it for each run from --seeds"),
     (["--set", "data.unseen_site=Domain2"], "--set data.unseen_site: the sweep sets it for each run from --held-out"),
     (["--", "--bogus"], "--bogus: not a flag of nvflare simulator"),
@@ -487,9 +490,12 @@ def test_bad_sweep_options_are_refused_in_one_line_before_anything_runs(tmp_path
     from feddg.cli import main
 
     out = tmp_path / "out"
-    assert main(["benchmark", "--task", "fundus", "--out", str(out), *args]) == 2
+    try:
+        code = main(["benchmark", "--task", "fundus", "--out", str(out), *args])
+    except SystemExit as ended:  # argparse's own refusal of a value (the option types): usage, then one line
+        code = ended.code
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and __import__("re").search(message, err), err
+    assert code == 2 and __import__("re").search(message, err.splitlines()[-1]), err
     assert not out.exists()
 
 
@@ -515,13 +521,13 @@ def test_an_unknown_sweep_option_is_refused_by_name_and_never_reaches_the_simula
     assert not (tmp_path / "out").exists()
 
 
-def test_the_current_folder_is_refused_as_out_unless_it_is_empty(tmp_path, monkeypatch, capsys):
+def test_the_current_folder_is_refused_as_out(tmp_path, monkeypatch, capsys):
     from feddg.cli import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.txt").write_text("mine")
     assert main(["benchmark", "--task", "fundus", "--out", ".", "--dry-run"]) == 2
-    assert "--out '.' is the current folder, which is not empty" in capsys.readouterr().err
+    assert f"--out '.' ({tmp_path.resolve()}) is the current folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 

@@ -66,7 +66,7 @@ def _files(folder: Path) -> dict[str, tuple[int, bytes]]:
     (["--set", "train.rounds=3", "--out", ""], "--out is empty"),
     (["--paper"], "--set and --paper write jobs that differ from the template: give --out DIR"),
     (["--set", "train.rounds=3", "--out", str(REPO / "jobs" / "extra")], "is in the repository's committed"),
-    (["--set", "train.rounds=3", "--out", "."], "--out '.' is the current folder, which is not empty"),
+    (["--set", "train.rounds=3", "--out", "."], "--out '.' ("),
 ])
 def test_make_jobs_never_writes_over_the_committed_jobs_nor_into_a_full_current_folder(args, message, tmp_path,
                                                                                         monkeypatch, capsys):

@@ -17,7 +17,7 @@ JOBS = Path(__file__).resolve().parents[1] / "jobs"
 
 
 def test_values_are_read_as_yaml_into_nested_settings():
-    assert parse_overrides(["train.rounds=20", "train.lr=1e-3", "data.root=null", "data.sites=[BMC, HK, UCL]",
+    assert parse_overrides(["train.rounds=20", "train.lr=1e-3", "data.sites=[BMC, HK, UCL]",
                             "data.root=/data/prostate", "train.augment=false"]) == {
         "train": {"rounds": 20, "lr": 0.001, "augment": False},
         "data": {"root": "/data/prostate", "sites": ["BMC", "HK", "UCL"]}}
@@ -30,6 +30,54 @@ def test_values_are_read_as_yaml_into_nested_settings():
 def test_malformed_assignments_are_refused(bad, reason):
     with pytest.raises(ConfigError, match=reason):
         parse_overrides([bad])
+
+
+@pytest.mark.parametrize("assignments, reason", [
+    (["data.root=null", "data.root=/data/prostate"], r"--set data.root given twice \('data.root=null' and"),
+    (["train.rounds=1", " train.rounds =2"], "--set train.rounds given twice"),
+])
+def test_a_key_given_twice_is_refused(assignments, reason):
+    """The last value used to win silently: which one was meant is the user's to say."""
+    with pytest.raises(ConfigError, match=reason):
+        parse_overrides(assignments)
+
+
+@pytest.mark.parametrize("assignment, reason", [
+    ("train.lr.x=1", r"--set train.lr.x: train.lr is a setting \(float 0.001\), not a section"),
+    ("data.sites.HK=1", r"--set data.sites.HK: data.sites is a setting \(list .*\), not a section"),
+    ("data.unseen_site.name=BMC", r"--set data.unseen_site.name: data.unseen_site is a setting \(str 'RUNMC'\)"),
+])
+def test_a_key_under_a_value_is_refused_by_name(tmp_path, assignment, reason):
+    """Was a TypeError traceback (train.lr.x) and "dictionary update sequence element #0 has length 7"
+    (data.sites.HK), on every command that takes --set."""
+    with pytest.raises(ConfigError, match=reason):
+        override_job(JOBS / "prostate_ga", parse_overrides([assignment]), tmp_path / "job")
+    assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["make-jobs", "--out", "{tmp}", "fundus_fedavg"],
+    ["simulate", str(JOBS / "fundus_fedavg"), "-w", "{tmp}/ws"],
+    ["benchmark", "--task", "fundus", "--methods", "fedavg", "--seeds", "0", "--out", "{tmp}/sweep", "--dry-run"],
+])
+def test_another_tasks_data_task_is_refused_before_anything_runs(tmp_path, capsys, command):
+    """--set data.task=prostate on a fundus job was accepted by make-jobs and job.py --export, and the run failed
+    40 s in; now every command refuses it at once, naming the key, and writes nothing."""
+    argv = [a.replace("{tmp}", str(tmp_path / "out")) for a in command] + ["--set", "data.task=prostate"]
+    assert main(argv) == 2
+    assert "--set data.task" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_job_py_export_refuses_another_tasks_data_task(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(JOBS.parent / "job.py"), "fundus_fedavg", "--set", "data.task=prostate",
+                           "--export", "--export-dir", str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and "--set data.task=prostate: fundus_fedavg is a fundus job" in done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_job_copy_with_overrides_is_consistent(tmp_path):

@@ -45,15 +45,19 @@ def test_bad_executor_options_are_refused_in_one_line_before_any_run(tmp_path, c
             (["--parallel", str(cores + 1)], f"--parallel {cores + 1}: more runs at once than this host's {cores} "
                                              f"core(s); give at most {cores}"),
             (["--executor", "ray"], "--executor ray needs --ray-address: the cluster's head as HOST:PORT, or auto"),
-            (["--executor", "ray", "--ray-address", "h:1", "--cpus-per-run", "0"], "--cpus-per-run 0: give a "
-                                                                                  "positive number of CPUs"),
             (["--executor", "ray", "--ray-address", "h:1", "--max-retries", "-1"], "--max-retries -1: give 0 or more"),
             (["--executor", "ray", "--ray-address", f"127.0.0.1:{_free_port()}"], "does not answer")]:
         code = main([*SWEEP, "--out", str(tmp_path / "out"), *args])
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and message in err[0], (args, err)
-        runs = tmp_path / "out" / "runs"
-        assert not runs.exists() or not any(runs.iterdir()), "no run started, no run folder left"
+        # A refusal writes nothing: no run folder, and no sweep.json that would lock the folder to a protocol that
+        # never ran (the unreachable cluster is refused after the plan, when the folder had been made).
+        assert not (tmp_path / "out").exists(), (args, sorted((tmp_path / "out").rglob("*")))
+    for value, message in [("0", "'0': give a positive number"), ("nan", "'nan': give a finite number")]:
+        with pytest.raises(SystemExit):  # the option's type: argparse's usage line, then the refusal
+            main([*SWEEP, "--out", str(tmp_path / "out"), "--executor", "ray", "--ray-address", "h:1",
+                  "--cpus-per-run", value])
+        assert f"argument --cpus-per-run: {message}" in capsys.readouterr().err
 
 
 def test_the_options_module_imports_neither_torch_nvflare_nor_ray():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -173,7 +174,7 @@ def test_a_run_copied_in_from_another_protocol_is_refused_by_name_or_moved_aside
 @pytest.mark.parametrize("damage, message", [
     ("renamed", "fundus_fedavg_Domain1_seed5: its run.json is of run fundus_fedavg_Domain1_seed0"),
     ("other task", "prostate_fedavg_Domain1_seed0: a prostate run in a fundus folder"),
-    ("no config", "fundus_fedavg_Domain1_seed0: its run.json holds no config"),
+    ("no config", r"fundus_fedavg_Domain1_seed0/run.json: no 'config'; a run record holds"),
     ("other flags", r'seed0: simulator flags \["-t", "1"\] in the run, \[\] in this folder'),
 ])
 def test_a_run_record_that_does_not_fit_its_folder_is_refused(tmp_path, ran, damage, message):
@@ -403,3 +404,42 @@ def test_the_stop_message_names_every_stopped_run():
                                                        "started and recorded as interrupted (the same command runs "
                                                        "it again)")
     assert "a, b and c were stopped with every process they started" in str(Interrupted(signal.SIGTERM, ("a", "b", "c")))
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"run_id": None}, "'run_id' is NoneType None, not str"),
+    ({"wall_s": -1.0}, "'wall_s' is -1.0; a wall time is a finite number >= 0"),
+    ({"wall_s": float("nan")}, "'wall_s' is nan"),
+    ({"wall_s": "60"}, "'wall_s' is str '60', not a number"),
+    ({"run": {"task": "fundus", "method": "fedavg", "held_out": SITE}}, "no 'run.seed'"),
+    ({"status": True}, "'status' is bool True, not str"),
+])
+def test_a_run_record_missing_a_field_is_refused_naming_the_file_and_field(tmp_path, change, message):
+    """A run.json lacking a key gave a KeyError traceback in the tables; now one line names the file and field."""
+    from feddg.benchmark.record import run_records
+
+    run = Run("fundus", "fedavg", SITE, 0)
+    _write_record(tmp_path, Protocol("fundus", TINY), run)
+    path = tmp_path / "runs" / run.run_id / RUN_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    with pytest.raises(ConfigError, match=re.escape(message)) as e:
+        run_records(tmp_path)
+    assert f"{run.run_id}/{RUN_FILE}" in str(e.value)
+
+
+def test_a_finished_run_without_its_report_is_refused_by_the_tables(tmp_path):
+    from feddg.benchmark.results import load_records
+
+    _write_record(tmp_path, Protocol("fundus", TINY), Run("fundus", "fedavg", SITE, 0))
+    with pytest.raises(ConfigError, match="run.json: no 'report'"):
+        load_records(tmp_path)
+
+
+def test_a_result_file_never_holds_nan(tmp_path):
+    from feddg.jsonfile import write_json
+
+    with pytest.raises(ValueError, match=r"results.json: not written: .*no NaN or Infinity"):
+        write_json(tmp_path / "results.json", {"hours": float("nan")}, finite=True)
+    with pytest.raises(ValueError, match="not written"):
+        write_json(tmp_path / "results.json", {"hours": [float("-inf")]}, finite=True)
+    assert list(tmp_path.iterdir()) == []

@@ -48,7 +48,7 @@ def test_real_fundus_is_ok(samples, fx):
 
 def test_collects_every_problem_and_modifies_nothing(tmp_path, fx):
     fx.make_slice_site(tmp_path, "HK", {"train": {"00": 3, "01": 2}, "test": {"07": 2}})
-    fx.make_slice_site(tmp_path, "UCL", {"train": {"00": 2}})
+    fx.make_slice_site(tmp_path, "UCL", {"train": {"00": 2}, "test": {"05": 1}})
     hk = tmp_path / "HK"
     (hk / "train" / "mask" / "01_01.png").unlink()  # unpaired
     data = (hk / "train" / "image" / "00_02.png").read_bytes()
@@ -83,7 +83,7 @@ def test_nifti_counts_slices_and_volumes(tmp_path, fx):
 
 
 def test_missing_site_wrong_task_and_unknown_layout(tmp_path, fx):
-    fx.make_dofe_site(tmp_path, "Domain1", {"train": ["a"]})
+    fx.make_dofe_site(tmp_path, "Domain1", {"train": ["a"], "test": ["b"]})
     report = check_data("dofe_png", tmp_path, sites=["Domain1", "Domain7"], task="prostate")
     assert report["ok"] is False and len(report["problems"]) == 2
     assert "holds fundus data, not 'prostate'" in report["problems"][0]
@@ -122,3 +122,18 @@ def test_each_split_shows_its_own_statistics_and_many_image_sizes_are_summarised
     assert "40x32" in rows["train"] and "sizes" not in rows["train"] and " 7 " not in rows["train"]
     assert "4 sizes from 50x36 to 80x60" in rows["test"] and rows["test"].split()[10:14] == ["7", "7", "7", "0"]
     assert describe_shapes([(800, 800, 3), (128, 128, 3)]) == "128x128x3, 800x800x3" and describe_shapes([]) == "-"
+
+
+@pytest.mark.parametrize("layout, make, missing", [
+    ("slice_png", lambda fx, root: fx.make_slice_site(root, "HK", {"train": {"00": 2}}), "test"),
+    ("slice_png", lambda fx, root: fx.make_slice_site(root, "HK", {"test": {"00": 2}}), "train"),
+    ("dofe_png", lambda fx, root: fx.make_dofe_site(root, "HK", {"train": ["a", "b"]}), "test"),
+])
+def test_a_site_without_a_split_the_task_needs_is_a_problem(tmp_path, fx, layout, make, missing):
+    """check-data said "no problems found" for a site without test/, which docs/real-data.md lists as a problem."""
+    make(fx, tmp_path)
+    report = check_data(layout, tmp_path)
+    assert report["ok"] is False
+    (problem,) = report["problems"]
+    assert problem.startswith("site HK: ") and f"no {missing}/ folder" in problem
+    assert "no problems found" not in format_report(report)

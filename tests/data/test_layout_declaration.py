@@ -149,6 +149,8 @@ def test_a_fourth_layout_declared_once_appears_everywhere(tmp_path, fx):
     image, mask = fx.fundus_pair(np.random.default_rng(0))
     fx.write_png(tmp_path / "SITEA" / "train" / "img" / "eye.tiny.png", image)
     fx.write_png(tmp_path / "SITEA" / "train" / "lbl" / "eye.tiny.png", mask)
+    fx.write_png(tmp_path / "SITEA" / "test" / "img" / "eye2.tiny.png", image)
+    fx.write_png(tmp_path / "SITEA" / "test" / "lbl" / "eye2.tiny.png", mask)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", FOURTH_LAYOUT, str(tmp_path)], capture_output=True, text=True,
                          timeout=120, env=env, cwd=REPO)
@@ -159,7 +161,8 @@ def test_a_fourth_layout_declared_once_appears_everywhere(tmp_path, fx):
     assert seen["options"] and all(choices == everywhere for choices in seen["options"].values())
     assert "'toy_png' holds fundus data, not prostate data" in seen["refused"]
     assert (seen["ok"], seen["task"], seen["problems"]) == (True, "fundus", [])
-    assert seen["splits"] == {"train": {"images": 1, "cases": 1, "slices": 1}}
+    one = {"images": 1, "cases": 1, "slices": 1}
+    assert seen["splits"] == {"train": one, "test": one}
 
 
 def test_the_documented_layouts_table_is_the_generated_one():

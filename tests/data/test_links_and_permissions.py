@@ -48,7 +48,7 @@ def _remove(p: Path) -> None:
 
 def _slice_sites(root: Path, fx) -> None:
     fx.make_slice_site(root, "HK", {"train": {"00": 2}, "test": {"05": 1}})
-    fx.make_slice_site(root, "UCL", {"train": {"00": 1}})
+    fx.make_slice_site(root, "UCL", {"train": {"00": 1}, "test": {"05": 1}})
 
 
 BROKEN_LINKS = {
@@ -70,7 +70,7 @@ def _write_sites(layout: str, root: Path, fx) -> None:
         _slice_sites(root, fx)
     elif layout == "dofe_png":
         fx.make_dofe_site(root, "HK", {"train": ["a", "b"], "test": ["c"]})
-        fx.make_dofe_site(root, "UCL", {"train": ["a"]})
+        fx.make_dofe_site(root, "UCL", {"train": ["a"], "test": ["c"]})
     else:
         fx.make_saml_site(root, "HK", 2)
         fx.make_saml_site(root, "UCL", 1)

@@ -165,6 +165,10 @@ def test_oversized_image_is_reduced_with_a_warning(tmp_path, fx, caplog, layout)
     assert text.startswith(f"site HK: {rec.image_path}, {rec.mask_path}: image and mask are 40x8192 px, larger than")
     assert "reduced to 20x4096 px in 8 bits" in text
 
+    if layout == "slice_png":  # a site has both splits (check-data refuses one without train/)
+        fx.make_slice_site(tmp_path, "HK", {"train": {"01": 1}})
+    else:
+        fx.make_dofe_site(tmp_path, "HK", {"train": ["g1"]})
     report = check_data(layout, tmp_path)
     assert report["ok"] is True and report["warnings"] == [text]
     with caplog.at_level(logging.WARNING, logger="feddg.data.dataset"):

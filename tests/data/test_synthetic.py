@@ -20,6 +20,7 @@ from scipy import ndimage
 
 from feddg.cli import main
 from feddg.config import ConfigError, DataConfig, SyntheticConfig, config_from_dict
+from feddg.folders import MARKER as FOLDER_MARKER
 from feddg.data import synthetic
 from feddg.data.synthetic import (
     FUNDUS_CONTENT,
@@ -45,7 +46,9 @@ SMALL = SyntheticConfig(seed=3, cases_per_site=2, slices_per_case=5, size=32)
 
 
 def _files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    """The data set's files (the marker `feddg synth` leaves in its --out is not data: feddg.folders)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+            and p.name != FOLDER_MARKER}
 
 
 def _mask_name(site: str, case: str) -> str:

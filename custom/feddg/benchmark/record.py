@@ -55,16 +55,17 @@ RUN_KEYS = {"task": str, "method": str, "held_out": str, "seed": int}
 FINISHED_KEYS = {"report": dict}
 
 
-def check_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+def check_record(path: Path, record: dict[str, Any], scores: bool = False) -> dict[str, Any]:
     """``record`` (read from ``path``) when it holds what a run record must (:data:`RECORD_KEYS`, ``run``'s
-    :data:`RUN_KEYS`, and for a finished run :data:`FINISHED_KEYS`); ConfigError naming the file and the first
-    missing or wrongly typed field otherwise, and for a wall time that is negative or not finite."""
+    :data:`RUN_KEYS`, and with ``scores``, for the tables, a finished run's :data:`FINISHED_KEYS`); ConfigError naming
+    the file and the first missing or wrongly typed field otherwise, and for a wall time that is negative or not
+    finite."""
     def kind_ok(value: Any, kind: type | tuple[type, ...]) -> bool:
         return isinstance(value, kind) and not isinstance(value, bool)
 
     wanted = [(k, record, kind) for k, kind in RECORD_KEYS.items()]
     wanted += [(f"run.{k}", record.get("run") or {}, kind) for k, kind in RUN_KEYS.items()]
-    if record.get("status") == OK:
+    if scores and record.get("status") == OK:
         wanted += [(k, record, kind) for k, kind in FINISHED_KEYS.items()]
     for field, holder, kind in wanted:
         key = field.rpartition(".")[2]
@@ -79,12 +80,13 @@ def check_record(path: Path, record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def run_records(out: Path) -> dict[str, dict[str, Any]]:
+def run_records(out: Path, scores: bool = False) -> dict[str, dict[str, Any]]:
     """Folder name -> record, for every ``runs/<name>/run.json`` of ``out`` that can be read, in name order (one
     that cannot be read as JSON is no record: its run counts as not run, as after a write that was cut short). A
-    record that reads but lacks a field is refused (:func:`check_record`): its numbers would be guesses."""
+    record that reads but lacks a field is refused (:func:`check_record`, with ``scores`` for the tables): its
+    numbers would be guesses."""
     found = {path.parent.name: (path, read_json(path)) for path in sorted(Path(out).glob(f"runs/*/{RUN_FILE}"))}
-    return {name: check_record(path, record) for name, (path, record) in found.items() if record}
+    return {name: check_record(path, record, scores) for name, (path, record) in found.items() if record}
 
 
 def _utc_now() -> str:

@@ -45,7 +45,7 @@ RUN_SUMMARY = ("run", "run_id", "status", "reason", "wall_s", "ended_at", "log",
 def load_records(out: Path) -> list[dict[str, Any]]:
     """Every run's record in a results folder, in run-id order; an interrupted run is not a result (it is run again
     on resume), and shows as not run."""
-    return [r for r in run_records(out).values() if r.get("status") != INTERRUPTED]
+    return [r for r in run_records(out, scores=True).values() if r.get("status") != INTERRUPTED]
 
 
 def label_names(record: dict[str, Any]) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from feddg.layouts import LAYOUTS
+from feddg.layouts import LAYOUTS, SPLIT_FOLDERS
 
 from ..config import TASKS
 from .errors import DataError, DataWarning
@@ -123,9 +123,27 @@ class _SplitTally:
                 "labels": self.coverage.result()}
 
 
+def _missing_splits(layout: str, root: Path, site: str) -> list[DataError]:
+    """For a layout with split folders, a problem for each one a site lacks while it has another (a site with none
+    is the scan's problem): a federation needs every site's ``train/`` (training and validation) and ``test/`` (its
+    in-domain test set, and the whole test set of a held-out site), so a site joining without one is refused here,
+    before it joins."""
+    site_dir = Path(root) / site
+    try:
+        if not layout_spec(layout).split_folders or not site_dir.is_dir():
+            return []
+        present = [s for s in SPLIT_FOLDERS if (site_dir / s).is_dir()]
+    except OSError:  # a folder the OS refuses to look into: the scan reports it, naming it
+        return []
+    return [DataError(f"no {split}/ folder beside {', '.join(f'{p}/' for p in present)} (a site needs every one of "
+                      f"{', '.join(f'{s}/' for s in SPLIT_FOLDERS)})", site=site, paths=[site_dir])
+            for split in SPLIT_FOLDERS if present and split not in present]
+
+
 def _check_site(layout: str, root: Path, site: str, structures: tuple[str, ...]) -> dict[str, Any]:
     """The report of one site (see :func:`check_data`)."""
     records, problems = scan_site(layout, root, site)
+    problems += _missing_splits(layout, root, site)
     warnings: list[DataWarning] = []
     splits: dict[str, _SplitTally] = {}
     pooled = _SplitTally(structures)  # the whole site

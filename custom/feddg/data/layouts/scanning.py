@@ -119,13 +119,13 @@ def scan_split_folders(layout: Layout, site_dir: Path, site: str, case_of: Calla
         try:
             if is_dir(site_dir / split, site):
                 splits.append(split)
-            else:  # every split is needed: train/ trains and validates, test/ is the site's test set
-                expected = "/".join((split, *layout.image_folder))
-                problems.append(DataError(f"no {split}/ folder (expected <site>/{expected}/*{layout.suffixes[0]}; "
-                                          f"a site needs every one of {', '.join(SPLIT_FOLDERS)})",
-                                          site=site, paths=[site_dir]))
         except DataError as e:
             problems.append(e)
+    if not splits and not problems:
+        expected = "/".join(("{" + ",".join(SPLIT_FOLDERS) + "}",) + layout.image_folder)
+        folders = " or ".join(f"{split}/" for split in SPLIT_FOLDERS)
+        reason = f"no {folders} folder (expected <site>/{expected}/*{layout.suffixes[0]})"
+        problems.append(DataError(reason, site=site, paths=[site_dir]))
     for split in splits:
         try:
             found, split_problems = _scan_split(layout, site_dir, site, split, case_of)
