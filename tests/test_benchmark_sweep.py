@@ -285,12 +285,13 @@ def test_each_baseline_gets_its_difference_table_and_the_verdicts_follow_the_res
 
     big, none, few = tables(0.2), tables(0.0), tables(0.2, (0, 1, 2))
     assert "### Dice difference to fedavg" in big and "### Dice difference to uniform" in big
-    # 2 sites x 5 seeds: 10 paired differences, smallest exact p 2/1024, Holm over the 2 methods: resolved
-    assert "**ga** vs fedavg: +0.19" in big and "ahead of fedavg on the average" in big
-    assert "**ga** vs fedavg: " in none and "not resolved at 5 seeds per site" in none
+    # 5 seeds, the seed as the unit: a paired t-test over the seeds' site averages, Holm over the 2 methods
+    assert "**ga** vs fedavg: +0.19" in big and "ahead at 2 of 2 sites; paired t over the 5 seeds' site averages" in big
+    assert "ahead of fedavg on the average, on these 2 held-out sites (synthetic data)" in big
+    assert "**ga** vs fedavg: " in none and "not resolved at 5 seeds, on these 2 held-out sites" in none
     assert "ahead of" not in none.split("**ga** vs fedavg")[1].split("\n")[0]
-    # 2 sites x 3 seeds: the smallest p is 2/64 = 0.031, over 0.05 / 2: no difference can be resolved, however large
-    assert "not resolved at 3 seeds per site; no difference can be resolved with 3 seeds per site" in few
+    # 3 seeds: the t-test resolves a large, consistent difference; the sign-flip check beside it cannot (floor 0.25)
+    assert "ahead of fedavg on the average" in few and "sign-flip p 0.250, its floor 0.25)" in few
     # a per-site cell: interval, seed count, SD of the paired differences
     row = next(line for line in big.splitlines() if line.startswith("| ga | +0.19"))
     assert "5 seeds, SD" in row and "[" in row
@@ -304,7 +305,7 @@ def test_a_cell_with_fewer_than_three_seeds_shows_its_seed_differences_and_no_in
     text = markdown(records, [stats], ["fedavg", "uniform", "ga"], ["BMC", "HK"])
     row = next(line for line in text.splitlines() if line.startswith("| ga | +0.0"))
     assert "+0.050 (2 seeds: +0.044, +0.055)" in row and "(2 seeds per site)" in row and "[" not in row
-    assert "not resolved, fewer than 3 paired seeds" in verdict("ga", stats["methods"]["ga"], "fedavg", 2)
+    assert "not resolved, fewer than 3 seeds run at every site" in verdict("ga", stats["methods"]["ga"], "fedavg", 2)
     assert "holm_p" not in stats["methods"]["ga"]
 
 
@@ -316,9 +317,10 @@ def test_a_method_run_at_some_held_out_sites_only_has_no_average():
     assert "average" not in stats["methods"]["ga"]
     bmc = stats["methods"]["ga"]["sites"]["BMC"]
     assert verdict("ga", stats["methods"]["ga"], "fedavg", 2) == (
-        f"**ga** vs fedavg: compared at 1 of 2 held-out sites only, no average: BMC {bmc.format()}, sign-flip p "
+        f"**ga** vs fedavg: compared at 1 of 2 held-out sites only, no average: BMC {bmc.format()}, paired t p "
         f"{bmc.p.format()} (not Holm-adjusted).")
-    assert bmc.mean == pytest.approx(0.05, abs=0.005) and bmc.p.value == pytest.approx(0.25)  # 3 seeds, all > 0: 2/8
+    assert bmc.mean == pytest.approx(0.05, abs=0.005) and bmc.p.kind == "t"
+    assert bmc.flip_p.value == pytest.approx(0.25)  # 3 seeds, all > 0: 2/8
 
 
 def test_the_tables_show_every_designed_cell_and_average_only_a_complete_row(tmp_path):

@@ -186,7 +186,9 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
     scores = case_scores(records)
     sites = list(held_out) if held_out is not None else sorted({s for _, s in scores})
     methods = sorted({m for m, _ in scores} - {baseline})
-    out: dict[str, Any] = {"baseline": baseline, "sites": sites, "methods": {}}
+    roots = {(r.get("config", {}).get("data") or {}).get("root") for r in finished(records)}
+    out: dict[str, Any] = {"baseline": baseline, "sites": sites, "methods": {},
+                           "data": "synthetic" if roots <= {None} else "real"}
     paired_by_method = {}
     for method in methods:
         paired: dict[str, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
@@ -214,34 +216,41 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
     return out
 
 
-def verdict(method: str, entry: dict[str, Any], baseline: str, n_sites: int, family: int = 1) -> str:
+def verdict(method: str, entry: dict[str, Any], baseline: str, n_sites: int, family: int = 1,
+            data: str = "synthetic") -> str:
     """One sentence on what the evidence supports for ``method`` against ``baseline`` on the average column, or,
     for a method not yet compared at every held-out site, each site's difference so far (its p-value not
     Holm-adjusted); generated from the comparison (the benchmark page docs/benchmark.md quotes these; no
-    interpretation is typed)."""
+    interpretation is typed). It names the test (the paired t-test over the seeds, the seed as the unit:
+    :mod:`feddg.benchmark.stats`), the seeds, how many sites the method is ahead at, and what the verdict is
+    conditional on: these held-out sites, of ``data`` ("synthetic" or "real")."""
     if "average" not in entry:  # a folder made a part at a time: what each site run so far shows, unadjusted
-        sites = "; ".join(f"{site} {d.format()}" + (f", sign-flip p {d.p.format()} (not Holm-adjusted)"
+        sites = "; ".join(f"{site} {d.format()}" + (f", paired t p {d.p.format()} (not Holm-adjusted)"
                                                     if d.p is not None else "")
                           for site, d in entry["sites"].items())
         return (f"**{method}** vs {baseline}: compared at {len(entry['sites'])} of {n_sites} held-out sites only, "
                 f"no average: {sites}.")
     average: SeedDifference = entry["average"]
     p = entry.get("holm_p")
+    where = f"on these {n_sites} held-out sites ({data} data)"
+    ahead = f"ahead at {average.sites_ahead} of {n_sites} sites"
     if not average.has_interval:
-        return (f"**{method}** vs {baseline}: {average.format()}: not resolved, fewer than {MIN_SEEDS} paired seeds "
-                f"at some site.")
-    head = f"**{method}** vs {baseline}: {average.format()}, Holm p {p.format()}"
+        return (f"**{method}** vs {baseline}: {average.format()}, {ahead}: not resolved, fewer than {MIN_SEEDS} "
+                f"seeds run at every site.")
+    head = (f"**{method}** vs {baseline}: {average.format()}, {ahead}; paired t over the {average.n_seeds} seeds' "
+            f"site averages, Holm p {p.format()} (sign-flip p {average.flip_p.format()}, its floor "
+            f"{average.min_p:.3g})")
     if average.resolved(p):
         side = "ahead of" if average.mean > 0 else "behind"
-        return f"{head}: {side} {baseline} on the average of the held-out sites."
+        return f"{head}: {side} {baseline} on the average, {where}."
     if average.mde is None:
-        reach = (f"no difference can be resolved with {average.n_seeds} seeds per site (the smallest p the test "
-                 f"can give, {average.min_p:.2g}, times Holm's {family} comparisons exceeds {ALPHA})")
+        reach = f"no spread to judge at {average.n_seeds} seeds"
     else:
-        reach = f"these seeds resolve differences of about {average.mde:.3f} or more (80% power, after Holm)"
+        reach = (f"these seeds resolve differences of about {average.mde:.3f} or more (80% power, paired t after "
+                 f"Holm over {family})")
     need = ("" if average.seeds_for_target is None else
-            f"; {DIFFERENCE_THAT_MATTERS} would take about {average.seeds_for_target} seeds per site")
-    return f"{head}: not resolved at {average.n_seeds} seeds per site; {reach}{need}."
+            f"; {DIFFERENCE_THAT_MATTERS} would take about {average.seeds_for_target} seeds")
+    return f"{head}: not resolved at {average.n_seeds} seeds, {where}; {reach}{need}."
 
 
 # ------------------------------------------------------------------------------------------------ tables
@@ -311,9 +320,10 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
         lines.append("")
     for comparison in stats:
         base = comparison["baseline"]
-        lines += [f"### Dice difference to {base} (seeds as the unit: mean paired seed difference, 95% two-level "
-                  f"bootstrap interval, seed count, SD of the paired differences; no interval below {MIN_SEEDS} "
-                  f"seeds; p: sign-flip test over the paired seeds, Holm-adjusted over the methods)", "",
+        lines += [f"### Dice difference to {base} (the seed as the unit: mean paired seed difference, 95% crossed "
+                  f"bootstrap interval, seeds, SD of the seeds' differences (average: of their site averages); no "
+                  f"interval below {MIN_SEEDS} seeds; p: paired t-test over the seeds, Holm-adjusted over the "
+                  f"methods)", "",
                   "| method | " + " | ".join(held_out) + " | average | Holm p (average) |",
                   "|---|" + "---|" * (len(held_out) + 2)]
         for method, entry in comparison["methods"].items():
@@ -332,7 +342,9 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
                                  machine_time(records) if spent is None else spent, pooled), ""]
         for comparison in stats:
             for method, entry in comparison["methods"].items():
-                lines.append(f"- {verdict(method, entry, comparison['baseline'], len(held_out), comparison['family'])}")
+                line = verdict(method, entry, comparison["baseline"], len(held_out), comparison["family"],
+                               comparison["data"])
+                lines.append(f"- {line}")
         lines += unfinished
         lines.append("")
     return "\n".join(lines)
@@ -514,8 +526,12 @@ def _how_to_read(protocol: dict[str, Any]) -> str:
             "These are results on the data under the protocol's data.root.")
     return ("How to read: a cell is the mean over training seeds ± the seed SD (seed count). A difference is the "
             "mean of paired seed differences (seed k of a method against seed k of the baseline: the same initial "
-            "weights, data order and augmentation), with a 95% two-level bootstrap interval (seeds, then the cases "
-            "of each seed) and an exact sign-flip p-value over the paired seeds, Holm-adjusted over the methods. "
+            "weights, data order and augmentation). The seed is the unit: the average column is tested on each "
+            "seed's average over the held-out sites (the runs of one seed at different sites share their start, so "
+            "they are not independent), with a paired t-test over the seeds, Holm-adjusted over the methods, the "
+            "exact sign-flip p-value over the same seeds beside it with its floor (2/2^K), and a 95% bootstrap "
+            "interval of the crossed design (seeds drawn, and each site's test cases drawn once for all seeds). A "
+            "verdict holds for these held-out sites, not for hospitals in general. "
             "\"Not resolved at N seeds\" means these seeds cannot tell the method from the baseline; it does not "
             f"mean they are equal. {data}")
 
@@ -568,7 +584,7 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     serial = {c["baseline"]: {m: {"sites": {s: d.to_dict() for s, d in e["sites"].items()},
                                   "average": e["average"].to_dict() if "average" in e else None,
                                   "holm_p": e["holm_p"].to_dict() if "holm_p" in e else None,
-                                  "verdict": verdict(m, e, c["baseline"], len(held_out), c["family"])}
+                                  "verdict": verdict(m, e, c["baseline"], len(held_out), c["family"], c["data"])}
                               for m, e in c["methods"].items()} for c in stats}
     # Each run's report (per-round history, per-case scores), config and kept server files (GA's weight history)
     # stay in its runs/<id>/run.json, the sweep's one record of the run; results.json names that file and keeps only

@@ -7,34 +7,38 @@ held-out site's test cases; the comparison at site ``s`` is built on the paired 
 
     d[s, k] = mean_i x_method[s, k, i] - mean_i x_baseline[s, k, i]      (i: the site's test cases)
     D_s     = mean_k d[s, k]                                            (the site's column)
-    D       = mean_s D_s                                                (the "average" column: each site once)
+    D_k     = mean_s d[s, k]                                            (seed k's average over the sites)
+    D       = mean_k D_k                                                (the "average" column: each site once)
 
 Why seeds and not cases: retraining moves a cell far more than the finite test set does (on this project's
 synthetic prostate set the seed SD of a cell is about 0.05 Dice, eight times the case-level standard error). An
 interval that resamples the cases of one trained network answers "is this network better than that one on these
 cases", not "is this method better than the baseline".
 
-* **Interval** (:func:`two_level_distribution`): a two-level bootstrap. At every site, independently (stratified
-  by site, as the average column gives every site the same weight), draw ``K_s`` seeds with replacement, then for
-  every drawn seed draw its ``n_s`` cases with replacement (both scores of a case together); the statistic of a
-  resample is ``D`` computed on the drawn values. Both sources of variation enter: retraining (the seeds) and the
-  finite test set (the cases within a seed). The interval is the percentile interval of these resamples. It is
-  approximate with few seeds: the seed level's bootstrap variance is the plug-in one (shrunk by ``(K-1)/K``), so
-  with 3-5 seeds the interval is somewhat too narrow; that is why decisions use the exact test below, and why a
-  cell with fewer than :data:`MIN_SEEDS` paired seeds gets no interval at all (its seed values are shown instead).
-* **p-value** (:func:`sign_flip_test`): a sign-flip permutation test on the paired seed differences. Under the null
-  hypothesis "the method does not change held-out Dice", the two models of one seed are exchangeable, so every
-  ``d[s, k]`` is symmetric about zero and its sign can be flipped. All ``2^N`` sign patterns of the ``N`` paired
-  differences are enumerated when ``N <= 20`` (the p-value is exact, a multiple of ``2^-N``; its smallest value
-  is ``2 / 2^N``, two-sided: 0.25 with 3 seeds, 0.0625 with 5, so one site with 5 seeds can never be resolved at
-  0.05); beyond that ``B`` random patterns are drawn and the p-value is the share reaching the observed ``|D|``,
-  printed as ``< 1/B`` when none does (never a floor passed off as a measurement).
-* **Power** (:func:`minimum_detectable_difference`): the smallest true difference that the measured seed SD and
-  seed count resolve with probability ``power`` at level ``alpha`` (paired t approximation,
-  ``(t_{1-alpha/2, df} + t_{power, df}) * SE``), and the seeds per site that would resolve
-  :data:`DIFFERENCE_THAT_MATTERS`. A comparison that is not significant is "not resolved at N seeds", never "no
-  difference".
-* :func:`holm`: Holm-Bonferroni adjusted p-values across the methods compared with one baseline.
+Why the seed, and not the site x seed pair, is the unit of the average column: the runs that share seed ``k`` at
+different held-out sites share their initial weights and data order by design, so ``d[s, k]`` and ``d[s', k]`` are
+not independent draws; the independent draws are the seeds. The sites are not a sample of hospitals either: they
+are the fixed conditions of the design (the four or six held-out sites of the task), so a verdict holds for these
+sites, and says so. The average column is therefore tested on the ``K`` per-seed averages ``D_k`` (the seeds run at
+every site), a site's column on its ``K`` differences ``d[s, k]``:
+
+* **Decision test** (:func:`paired_t_test`): a one-sample t-test of those ``K`` values against 0 (``df = K - 1``),
+  Holm-adjusted over the methods compared with one baseline (:func:`holm`). It can resolve a difference at 5 seeds.
+* **Distribution-free check** (:func:`sign_flip_test`): the exact sign-flip test over the same ``K`` values, printed
+  beside it with its floor ``2 / 2^K`` (0.25 at 3 seeds, 0.0625 at 5, 0.4375 after Holm over 7 methods): with the
+  seed as the unit it can never resolve anything at 5 seeds, which is why it is not the decision test. Pooling the
+  ``S x K`` site-seed differences as independent units (what this module did before) reached 2/2^20 at 5 seeds and 4
+  sites; that is exact only if the runs of one seed at different sites were independent, and they are not.
+* **Interval** (:func:`crossed_distribution`): a bootstrap of the crossed design: each replicate draws ``K`` seeds
+  with replacement (the same draw at every site: the seed is the unit), and at each site draws its test cases once
+  with replacement for all the drawn seeds (every seed is scored on the same cases, and per-case differences
+  correlate across seeds); the statistic is ``D`` computed on the drawn values; the interval is the percentile
+  interval. With 3-5 seeds it is approximate (the seed level's bootstrap variance is the plug-in one); a cell with
+  fewer than :data:`MIN_SEEDS` seeds gets no interval (its seed values are shown instead).
+* **Power** (:func:`minimum_detectable_difference`): the smallest true difference the same t-test resolves with
+  probability ``power`` at level ``alpha``, ``(t_{1-alpha/2, K-1} + t_{power, K-1}) * SD / sqrt(K)`` with the SD of
+  the ``K`` tested values, and the seeds that would resolve :data:`DIFFERENCE_THAT_MATTERS` (:func:`seeds_needed`).
+  A comparison that is not significant is "not resolved at K seeds", never "no difference".
 """
 
 from __future__ import annotations
@@ -47,8 +51,8 @@ from typing import Any, Union
 import numpy as np
 from scipy import stats
 
-__all__ = ["DIFFERENCE_THAT_MATTERS", "MIN_SEEDS", "PValue", "SeedDifference", "compare_seeds", "holm",
-           "minimum_detectable_difference", "seeds_needed", "sign_flip_test", "two_level_distribution"]
+__all__ = ["DIFFERENCE_THAT_MATTERS", "MIN_SEEDS", "PValue", "SeedDifference", "compare_seeds", "crossed_distribution",
+           "holm", "minimum_detectable_difference", "paired_t_test", "seeds_needed", "sign_flip_test"]
 
 Scores = Union[Sequence[float], np.ndarray]
 # site -> seed -> (method's per-case scores, baseline's per-case scores), the cases in the same order.
@@ -66,9 +70,9 @@ EXACT_FLIPS = 20  # enumerate every sign pattern up to this many paired differen
 
 @dataclass(frozen=True)
 class PValue:
-    """A p-value and how it was obtained: ``'exact'`` (every sign pattern), ``'monte-carlo'`` (``resamples``
-    random patterns) or ``'bound'`` (no random pattern reached the observed statistic: the p-value is below
-    ``value = 1 / resamples``)."""
+    """A p-value and how it was obtained: ``'t'`` (the paired t-test), ``'exact'`` (every sign pattern),
+    ``'monte-carlo'`` (``resamples`` random patterns) or ``'bound'`` (no random pattern reached the observed
+    statistic: the p-value is below ``value = 1 / resamples``)."""
 
     value: float
     kind: str
@@ -85,24 +89,25 @@ class PValue:
 
 @dataclass(frozen=True)
 class SeedDifference:
-    """A method's difference to a baseline with seeds as the unit (see the module docstring).
+    """A method's difference to a baseline with the seed as the unit (see the module docstring).
 
-    ``mean``: D (or D_s for one site); ``seeds``: site -> seed -> the paired difference d[s, k]; ``sd``: the pooled
-    SD of the paired seed differences (square root of the mean over sites of their variances, ddof 1; None with
-    fewer than 2 seeds at a site); ``low``/``high``: the two-level bootstrap interval, None when a site has fewer
-    than :data:`MIN_SEEDS` paired seeds; ``p``: the sign-flip p-value (None as the interval); ``min_p``: the smallest
-    p-value the sign-flip test can give with these seeds; ``mde``: the smallest difference resolvable at
-    :data:`POWER` (None without an SD, or when even ``min_p`` exceeds :data:`ALPHA`: then no difference can be
-    resolved at these seeds); ``seeds_for_target``: seeds per site that would resolve
-    :data:`DIFFERENCE_THAT_MATTERS` at the measured SD.
+    ``mean``: D (or D_s for one site), over the tested seeds; ``seeds``: site -> seed -> the paired difference
+    d[s, k]; ``tested``: seed -> the tested value (D_k, or d[s, k] for one site), for the seeds run at every site;
+    ``sd``: the SD of the tested values (ddof 1; None below 2 seeds); ``low``/``high``: the crossed bootstrap
+    interval, None below :data:`MIN_SEEDS` seeds; ``p``: the paired t-test's p-value (None as the interval);
+    ``flip_p``: the exact sign-flip p-value over the same values, ``min_p`` its floor ``2 / 2^K``; ``mde``: the
+    smallest difference the t-test resolves at :data:`POWER` (None without an SD); ``seeds_for_target``: seeds that
+    would resolve :data:`DIFFERENCE_THAT_MATTERS` at the measured SD.
     """
 
     mean: float
     seeds: dict[str, dict[int, float]]
+    tested: dict[int, float]
     sd: float | None
     low: float | None
     high: float | None
     p: PValue | None
+    flip_p: PValue | None
     min_p: float
     mde: float | None
     seeds_for_target: int | None
@@ -110,12 +115,17 @@ class SeedDifference:
 
     @property
     def n_seeds(self) -> int:
-        """The paired seeds of the site with the fewest (the count that limits the comparison)."""
-        return min(len(v) for v in self.seeds.values())
+        """The seeds tested: those run for both methods at every site of the comparison."""
+        return len(self.tested)
 
     @property
     def has_interval(self) -> bool:
         return self.low is not None and self.high is not None
+
+    @property
+    def sites_ahead(self) -> int:
+        """The sites whose own difference D_s is above 0."""
+        return sum(float(np.mean(list(v.values()))) > 0 for v in self.seeds.values())
 
     def resolved(self, p_adjusted: PValue | None = None, alpha: float = ALPHA) -> bool:
         """Significant at ``alpha`` (with ``p_adjusted`` when given, e.g. Holm's) and the interval excludes 0."""
@@ -128,7 +138,7 @@ class SeedDifference:
         """``+0.044 [-0.012, +0.091] 5 seeds, SD 0.049``; with fewer than :data:`MIN_SEEDS` seeds no interval: at one
         site each seed's difference, ``+0.044 (2 seeds: +0.051, +0.037)`` or ``+0.042 (1 seed)``, over several
         sites the seed counts, ``+0.079 (1-3 seeds per site)``."""
-        if not self.has_interval:  # fewer than MIN_SEEDS at some site: the seed values, no interval
+        if not self.has_interval:  # fewer than MIN_SEEDS: the seed values, no interval
             counts = [len(v) for v in self.seeds.values()]
             if len(self.seeds) > 1:
                 low, high = min(counts), max(counts)
@@ -144,76 +154,91 @@ class SeedDifference:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mean": self.mean, "low": self.low, "high": self.high, "confidence": self.confidence,
-                "p": None if self.p is None else self.p.to_dict(), "min_p": self.min_p, "sd": self.sd,
-                "mde": self.mde, "seeds_for_target": self.seeds_for_target, "n_seeds": self.n_seeds,
+                "p": None if self.p is None else self.p.to_dict(), "test": "paired t over seeds",
+                "flip_p": None if self.flip_p is None else self.flip_p.to_dict(), "min_p": self.min_p,
+                "sd": self.sd, "mde": self.mde, "seeds_for_target": self.seeds_for_target, "n_seeds": self.n_seeds,
+                "tested": {str(k): d for k, d in self.tested.items()},
                 "seed_differences": {s: {str(k): d for k, d in v.items()} for s, v in self.seeds.items()}}
 
 
 def compare_seeds(runs: PairedRuns, *, confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0,
                   alpha: float = ALPHA, power: float = POWER) -> SeedDifference:
-    """The difference ``method - baseline`` over the sites of ``runs`` (one site: that site's column).
+    """The difference ``method - baseline`` over the sites of ``runs`` (one site: that site's column), the seed as
+    the unit: the values tested are D_k over the seeds run at every site (see the module docstring).
 
     ``runs``: site -> seed -> (method's scores, baseline's scores), each of shape ``(n_cases_site,)``, the same
     cases in the same order for every seed of the site (at least one site, at least one seed per site, at least
     one case, finite numbers). Only seeds run for both methods belong in ``runs``.
     """
     _check_options(confidence, n_resamples)
-    cases = _case_differences(runs)  # site -> (K_s, n_s)
+    cases = _case_differences(runs)  # site -> (K_s, n_s), rows in sorted seed order
     seeds = {site: {k: float(np.mean(d)) for k, d in zip(sorted(runs[site]), diffs)} for site, diffs in cases.items()}
-    mean = float(np.mean([np.mean(list(v.values())) for v in seeds.values()]))
-    counts = {site: len(v) for site, v in seeds.items()}
-    sd = _pooled_sd(seeds)
-    n_flips = sum(counts.values())
-    min_p = min(1.0, 2.0 / 2 ** n_flips)
-    low = high = p = None
-    if min(counts.values()) >= MIN_SEEDS:
-        distribution = two_level_distribution(cases, n_resamples, np.random.default_rng(seed))
+    common = sorted(set.intersection(*(set(v) for v in seeds.values())))
+    if not common:
+        raise ValueError(f"no seed was run at every site {sorted(seeds)}: the average needs the same seeds")
+    tested = {k: float(np.mean([seeds[site][k] for site in seeds])) for k in common}
+    values = np.array(list(tested.values()))
+    mean = float(np.mean(values))
+    sd = float(np.std(values, ddof=1)) if values.size >= 2 else None
+    min_p = min(1.0, 2.0 / 2 ** values.size)
+    low = high = p = flip_p = None
+    if values.size >= MIN_SEEDS:
+        rows = {site: diffs[[sorted(runs[site]).index(k) for k in common]] for site, diffs in cases.items()}
+        distribution = crossed_distribution(rows, n_resamples, np.random.default_rng(seed))
         tail = (1.0 - confidence) / 2
         low, high = (float(q) for q in np.quantile(distribution, [tail, 1.0 - tail]))
-        p = sign_flip_test(seeds, n_resamples=n_resamples, seed=seed)
-    mde = None
-    if sd is not None and min_p <= alpha:
-        mde = minimum_detectable_difference(sd, counts, alpha=alpha, power=power)
-    target = None if sd is None else seeds_needed(sd, len(counts), alpha=alpha, power=power)
-    return SeedDifference(mean=mean, seeds=seeds, sd=sd, low=low, high=high, p=p, min_p=min_p, mde=mde,
-                          seeds_for_target=target, confidence=float(confidence))
+        p = paired_t_test(values)
+        flip_p = sign_flip_test(values, n_resamples=n_resamples, seed=seed)
+    mde = None if sd is None else minimum_detectable_difference(sd, values.size, alpha=alpha, power=power)
+    target = None if sd is None else seeds_needed(sd, alpha=alpha, power=power)
+    return SeedDifference(mean=mean, seeds=seeds, tested=tested, sd=sd, low=low, high=high, p=p, flip_p=flip_p,
+                          min_p=min_p, mde=mde, seeds_for_target=target, confidence=float(confidence))
 
 
-def two_level_distribution(cases: Mapping[str, np.ndarray], n_resamples: int, rng: np.random.Generator,
-                           chunk: int = 2000) -> np.ndarray:
-    """``(n_resamples,)`` bootstrap values of ``D``: at every site independently, seeds drawn with replacement,
-    then each drawn seed's cases drawn with replacement.
+def paired_t_test(values: Sequence[float] | np.ndarray) -> PValue:
+    """Two-sided p-value of a one-sample t-test of ``values`` (the K paired seed values) against 0, ``df = K - 1``
+    (``scipy.stats.ttest_1samp``); with no spread at all, 0 for a non-zero mean and 1 for a zero one."""
+    array = np.asarray(values, dtype=float)
+    if array.size < 2:
+        raise ValueError(f"a t-test needs 2 or more seeds, got {array.size}")
+    if np.all(array == array[0]):
+        return PValue(0.0 if array[0] != 0 else 1.0, "t")
+    return PValue(float(stats.ttest_1samp(array, 0.0).pvalue), "t")
 
-    ``cases``: site -> array ``(K_s, n_s)`` of per-case differences (row k: seed k's cases, method - baseline).
-    Sites are drawn in the mapping's order, so a fixed ``rng`` state gives a reproducible distribution.
+
+def crossed_distribution(cases: Mapping[str, np.ndarray], n_resamples: int, rng: np.random.Generator,
+                         chunk: int = 2000) -> np.ndarray:
+    """``(n_resamples,)`` bootstrap values of ``D`` for the crossed design: each replicate draws the K seeds with
+    replacement (one draw for every site), and at each site its n_s cases with replacement once, for all the drawn
+    seeds.
+
+    ``cases``: site -> array ``(K, n_s)`` of per-case differences (row k: seed k's cases, method - baseline), the
+    same K seeds in the same order at every site. Sites are drawn in the mapping's order, so a fixed ``rng`` state
+    gives a reproducible distribution.
     """
+    ks = {diffs.shape[0] for diffs in cases.values()}
+    if len(ks) != 1:
+        raise ValueError(f"the crossed bootstrap needs the same seeds at every site, got {sorted(ks)} seeds")
+    k = ks.pop()
     out = np.zeros(n_resamples)
     for start in range(0, n_resamples, chunk):
         b = min(chunk, n_resamples - start)
+        seed_idx = rng.integers(0, k, size=(b, k))
         total = np.zeros(b)
         for diffs in cases.values():
-            k, n = diffs.shape
-            seed_idx = rng.integers(0, k, size=(b, k))
-            case_idx = rng.integers(0, n, size=(b, k, n))
-            total += diffs[seed_idx[:, :, None], case_idx].mean(axis=(1, 2))
+            n = diffs.shape[1]
+            case_idx = rng.integers(0, n, size=(b, n))
+            total += diffs[seed_idx[:, :, None], case_idx[:, None, :]].mean(axis=(1, 2))
         out[start:start + b] = total / len(cases)
     return out
 
 
-def sign_flip_test(seeds: Mapping[str, Mapping[int, float]], *, n_resamples: int = 9999, seed: int = 0,
+def sign_flip_test(values: Sequence[float] | np.ndarray, *, n_resamples: int = 9999, seed: int = 0,
                    exact_up_to: int = EXACT_FLIPS) -> PValue:
-    """Two-sided sign-flip permutation p-value of ``D`` (mean over sites of the mean paired seed difference).
-
-    Every paired difference gets its own sign (``D*`` = mean over sites of mean over seeds of ``+-d[s, k]``); the
-    p-value is the share of sign patterns with ``|D*| >= |D|``. Exact (every pattern) up to ``exact_up_to``
-    differences, else ``n_resamples`` random patterns (``'bound'`` when none reaches ``|D|``).
-    """
-    values, weights = [], []
-    for per_site in seeds.values():
-        for d in per_site.values():
-            values.append(float(d))
-            weights.append(1.0 / (len(per_site) * len(seeds)))
-    contribution = np.asarray(values) * np.asarray(weights)  # D = sum(contribution)
+    """Two-sided sign-flip permutation p-value of the mean of ``values`` (the K tested seed values): the share of
+    sign patterns ``+-values`` whose mean reaches ``|mean|``. Exact (every pattern; the floor is ``2 / 2^K``) up to
+    ``exact_up_to`` values, else ``n_resamples`` random patterns (``'bound'`` when none reaches it)."""
+    contribution = np.asarray(values, dtype=float) / max(1, len(values))
     observed = abs(float(np.sum(contribution)))
     # A pattern that reproduces |D| up to rounding counts as reaching it (the identity pattern always does).
     tolerance = 1e-12 * max(1.0, float(np.sum(np.abs(contribution))))
@@ -233,27 +258,25 @@ def sign_flip_test(seeds: Mapping[str, Mapping[int, float]], *, n_resamples: int
     return PValue(reached / n_resamples, "monte-carlo", n_resamples)
 
 
-def minimum_detectable_difference(sd: float, seeds_per_site: Mapping[str, int], *, alpha: float = ALPHA,
+def minimum_detectable_difference(sd: float, n_seeds: int, *, alpha: float = ALPHA,
                                   power: float = POWER) -> float | None:
-    """The smallest true ``D`` resolved with probability ``power`` by a two-sided test at ``alpha``:
-    ``(t_{1-alpha/2, df} + t_{power, df}) * SE`` with ``SE = sd * sqrt(sum_s 1/K_s) / S`` and
-    ``df = sum_s (K_s - 1)`` (the paired t approximation; None when ``df`` is 0)."""
-    counts = list(seeds_per_site.values())
-    df = sum(k - 1 for k in counts)
-    if df < 1:
+    """The smallest true difference that the paired t-test over ``n_seeds`` seed values with SD ``sd`` resolves with
+    probability ``power`` at two-sided level ``alpha``: ``(t_{1-alpha/2, K-1} + t_{power, K-1}) * sd / sqrt(K)``
+    (None below 2 seeds)."""
+    if n_seeds < 2:
         return None
-    se = sd * math.sqrt(sum(1.0 / k for k in counts)) / len(counts)
-    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * se)
+    df = n_seeds - 1
+    return float((stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * sd / math.sqrt(n_seeds))
 
 
-def seeds_needed(sd: float, n_sites: int, target: float = DIFFERENCE_THAT_MATTERS, *, alpha: float = ALPHA,
+def seeds_needed(sd: float, target: float = DIFFERENCE_THAT_MATTERS, *, alpha: float = ALPHA,
                  power: float = POWER, most: int = 10_000) -> int | None:
-    """Seeds per site (the same at every site) for :func:`minimum_detectable_difference` to reach ``target``;
-    None when more than ``most`` would be needed (or ``sd`` is 0: then 2 suffice)."""
+    """Seeds for :func:`minimum_detectable_difference` to reach ``target``; None when more than ``most`` would be
+    needed (2 when ``sd`` is 0)."""
     if sd == 0:
         return 2
     for k in range(2, most + 1):
-        mde = minimum_detectable_difference(sd, {str(s): k for s in range(n_sites)}, alpha=alpha, power=power)
+        mde = minimum_detectable_difference(sd, k, alpha=alpha, power=power)
         if mde is not None and mde <= target:
             return k
     return None
@@ -309,12 +332,6 @@ def _case_differences(runs: PairedRuns) -> dict[str, np.ndarray]:
                              f"({[r.size for r in rows]}); every seed must be tested on the same cases")
         out[site] = np.stack(rows)
     return out
-
-
-def _pooled_sd(seeds: Mapping[str, Mapping[int, float]]) -> float | None:
-    if any(len(v) < 2 for v in seeds.values()):
-        return None
-    return float(math.sqrt(np.mean([np.var(list(v.values()), ddof=1) for v in seeds.values()])))
 
 
 def _as_scores(values: Scores, what: str) -> np.ndarray:
