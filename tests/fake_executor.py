@@ -19,11 +19,12 @@ def scored_report(held_out: str, scores: Sequence[float]) -> dict:
 
 class FakeExecutor(CellExecutor):
     """Records the run ids it was given in ``ran`` (with the results folder's name when ``with_folder``); its runs
-    record ``cpu`` as the CPU they were made on, when given."""
+    record ``cpu`` as the CPU they were made on, when given; ``scores``: every run's per-case scores, or method ->
+    that method's."""
 
     name: ClassVar[str] = "fake"
 
-    def __init__(self, ran: list, status: str = "ok", scores: Sequence[float] | None = None,
+    def __init__(self, ran: list, status: str = "ok", scores: Sequence[float] | dict[str, Sequence[float]] | None = None,
                  with_folder: bool = False, error: Exception | None = None, cpu: str | None = None) -> None:
         self.ran, self.status, self.scores, self.with_folder, self.error = ran, status, scores, with_folder, error
         self.where = {"executor": self.name, **({"cpu": cpu} if cpu else {})}
@@ -35,7 +36,8 @@ class FakeExecutor(CellExecutor):
             self.ran.append((cell.run_id, cell.folder.parents[1].name) if self.with_folder else cell.run_id)
             server = cell.folder / "server"
             server.mkdir()
-            report_json = scored_report(cell.run.held_out, self.scores) if self.scores else {"models": {}}
+            scores = self.scores.get(cell.run.method) if isinstance(self.scores, dict) else self.scores
+            report_json = scored_report(cell.run.held_out, scores) if scores else {"models": {}}
             (server / "feddg_report.json").write_text(json.dumps(report_json))
             cell.log.write_text("")
             on_done(cell, Outcome(self.status, "" if self.status == "ok" else "it said so", 0, 1.0, server,

@@ -175,14 +175,15 @@ def test_runs_of_other_code_are_refused_and_a_reproduce_check_with_identical_sco
 
     sweep_module.sweep(tmp_path, protocol, ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
                        report=lambda _: None)
-    # the first finished cell was re-run in a scratch folder, then the new seed ran in the folder
+    # seed 0 of the method was re-run in a scratch folder, then the new seed ran in the folder
     assert ran == [("fundus_fedavg_Domain1_seed0", sweep_module.REPRODUCE_DIR),
                    ("fundus_fedavg_Domain1_seed1", tmp_path.name)]
     assert not (tmp_path / sweep_module.REPRODUCE_DIR).exists()
-    evidence = json.loads((tmp_path / "sweep.json").read_text())["code_evidence"]
-    assert evidence[0]["run_id"] == "fundus_fedavg_Domain1_seed0" and evidence[0]["identical"]
-    assert evidence[0]["from_code"] == "old-code" and evidence[0]["to_code"] == code_fingerprint()
-    assert evidence[0]["per_case_scores_compared"] == 2
+    (check,) = json.loads((tmp_path / "sweep.json").read_text())["code_evidence"]
+    assert check["to_code"] == code_fingerprint() and check["admitted"] is True
+    (entry,) = check["methods"]
+    assert entry["method"] == "fedavg" and entry["run_id"] == "fundus_fedavg_Domain1_seed0" and entry["identical"]
+    assert entry["from_code"] == "old-code" and entry["per_case_scores_compared"] == 2
 
 
 def test_a_reproduce_check_with_other_scores_is_refused_naming_the_case(tmp_path, monkeypatch):
@@ -192,8 +193,9 @@ def test_a_reproduce_check_with_other_scores_is_refused_naming_the_case(tmp_path
     _fake_executor(monkeypatch, sweep_module, "old-code")
     sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
     _fake_executor(monkeypatch, sweep_module, code_fingerprint(), (0.8, 0.61))
-    with pytest.raises(ConfigError, match=r"other per-case scores .*\(final.Domain1.test.1.cup.dice: 0.6 with the old "
-                                          r"code, 0.61 with this code\)"):
+    with pytest.raises(ConfigError, match=r"fedavg \(fundus_fedavg_Domain1_seed0\) gives other per-case scores .*"
+                                          r"\(final.Domain1.test.1.cup.dice: 0.6 with the old code, 0.61 with this "
+                                          r"code\)"):
         sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
                            report=lambda _: None)
 
@@ -217,9 +219,10 @@ def test_a_reproduce_check_re_runs_a_run_made_on_this_cpu_and_names_both_cpus_wh
     _fake_executor(monkeypatch, sweep_module, "new-code", ran=ran, cpu="CPU here")
     sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1, 2], reproduce_check=True,
                        report=lambda _: None)
-    assert ran[0] == ("fundus_fedavg_Domain1_seed1", sweep_module.REPRODUCE_DIR), "the run made on this CPU"
-    evidence = json.loads((out / "sweep.json").read_text())["code_evidence"]
-    assert evidence[0]["run_id"] == "fundus_fedavg_Domain1_seed1" and evidence[0]["cpu"] == "CPU here"
+    assert ran[0] == ("fundus_fedavg_Domain1_seed0", sweep_module.REPRODUCE_DIR), "seed 0, made on the other CPU"
+    (check,) = json.loads((out / "sweep.json").read_text())["code_evidence"]
+    assert check["methods"][0]["run_id"] == "fundus_fedavg_Domain1_seed0" and check["cpu"] == "CPU here"
+    assert check["methods"][0]["made_on"] == "CPU there"
 
     other = tmp_path / "other_cpu"
     _fake_executor(monkeypatch, sweep_module, "old-code", cpu="CPU there")
@@ -229,6 +232,51 @@ def test_a_reproduce_check_re_runs_a_run_made_on_this_cpu_and_names_both_cpus_wh
                                           "is CPU here: the CPU model alone changes a run"):
         sweep_module.sweep(other, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
                            report=lambda _: None)
+
+
+def test_the_reproduce_check_runs_every_method_and_names_the_one_that_changed(tmp_path, monkeypatch):
+    """A change that touches one method's code path (GA's aggregation) is caught by that method's own cell: the check
+    re-runs seed 0 of every method the folder holds and refuses naming the method and case that differ."""
+    import json
+
+    from feddg.benchmark import sweep as sweep_module
+    from feddg.report import code_fingerprint
+
+    old = {"fedavg": (0.8, 0.6), "ga": (0.7, 0.5)}
+    _fake_executor(monkeypatch, sweep_module, "old-code", scores=old)
+    sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg", "ga"], ["Domain1", "Domain2"], [0, 1],
+                       report=lambda _: None)
+    ran: list = []
+    _fake_executor(monkeypatch, sweep_module, code_fingerprint(), ran=ran, scores={**old, "ga": (0.7, 0.51)})
+    with pytest.raises(ConfigError, match=r"reproduce check: ga \(fundus_ga_Domain1_seed0\) gives other per-case "
+                                          r"scores .*final.Domain1.test.1.cup.dice: 0.5 with the old code, 0.51"):
+        sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg", "ga"], ["Domain1", "Domain2"], [0, 1, 2],
+                           reproduce_check=True, report=lambda _: None)
+    assert sorted(ran) == [("fundus_fedavg_Domain1_seed0", sweep_module.REPRODUCE_DIR),
+                           ("fundus_ga_Domain1_seed0", sweep_module.REPRODUCE_DIR)]  # one cell per method, no new run
+    (check,) = json.loads((tmp_path / "sweep.json").read_text())["code_evidence"]
+    assert check["admitted"] is False
+    assert {m["method"]: m["identical"] for m in check["methods"]} == {"fedavg": True, "ga": False}
+    assert sweep_module.admitted_codes(tmp_path, sweep_module.run_records(tmp_path)) == {"old-code"}
+
+
+def test_a_reproduce_check_needs_seed_0_of_every_method_and_runs_nothing_without_it(tmp_path, monkeypatch, capsys):
+    import json
+
+    from feddg.benchmark import sweep as sweep_module
+    from feddg.report import code_fingerprint
+
+    _fake_executor(monkeypatch, sweep_module, "old-code", scores=(0.8, 0.6))
+    sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
+    sweep_module.sweep(tmp_path, Protocol("fundus"), ["ga"], ["Domain1"], [1], report=lambda _: None)
+    before = (tmp_path / "sweep.json").read_text()
+    ran: list = []
+    _fake_executor(monkeypatch, sweep_module, code_fingerprint(), ran=ran, scores=(0.8, 0.6))
+    with pytest.raises(ConfigError, match=r"ga has no finished run with run.seed 0 \(its finished runs: "
+                                          r"fundus_ga_Domain1_seed1\)"):
+        sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
+                           report=lambda _: None)
+    assert ran == [] and json.loads((tmp_path / "sweep.json").read_text()) == json.loads(before)
 
 
 def test_the_plan_prints_its_machine_time_and_a_dry_run_runs_nothing(tmp_path, monkeypatch):
@@ -545,3 +593,62 @@ def test_a_relative_data_root_is_made_absolute_before_any_run(tmp_path, monkeypa
         assert main(["benchmark", "--task", "fundus", "--set", "train.rounds=2", *given, "--out", "out",
                      "--dry-run"]) == 0
     assert [p.overrides["data"]["root"] for p in protocols] == [str(tmp_path.resolve() / "data")] * 2
+
+
+def test_pairs_made_on_different_cpu_models_are_marked_in_the_tables(tmp_path):
+    """A run's CPU comes from its record, or for a run from before runs kept it from the folder's cpu_timeline.json;
+    a pair split across CPU models is marked (†) with a footnote naming method, site, seeds and both models."""
+    import json
+
+    from feddg.benchmark.record import run_records
+    from feddg.benchmark.results import comparisons, markdown
+
+    records = _design({"ga": 0.05})
+    for r in records:  # seeds 0-1 ended before the switch, seed 2 of ga after it
+        r["ended_at"] = 100.0 if (r["run"]["method"] == "ga" and r["run"]["seed"] == 2) else 10.0
+    for r in records:
+        folder = tmp_path / "runs" / r["run_id"]
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text(json.dumps(r))
+    (tmp_path / "cpu_timeline.json").write_text(json.dumps({"source": "a test", "windows": [
+        {"cpu": "AMD EPYC", "until": 50}, {"cpu": "Intel Xeon", "from": 50}]}))
+    loaded = list(run_records(tmp_path).values())
+    assert {r["executor"]["cpu"] for r in loaded if r["run"]["seed"] == 2 and r["run"]["method"] == "ga"} == \
+        {"Intel Xeon"}
+    stats = comparisons(loaded, "fedavg", ["BMC", "HK"], n_resamples=200)
+    assert stats["methods"]["ga"]["cross_cpu"] == {
+        s: [{"seed": 2, "ga": "Intel Xeon", "fedavg": "AMD EPYC"}] for s in ("BMC", "HK")}
+    assert stats["methods"]["uniform"]["cross_cpu"] == {}
+    text = markdown(loaded, [stats], ["fedavg", "uniform", "ga"], ["BMC", "HK"])
+    row = next(line for line in text.splitlines() if line.startswith("| ga | +0.0"))
+    assert row.count(" †") == 2
+    assert "† pairs whose two runs were made on different CPU models, which alone move a run: ga at BMC, seed 2 " \
+           "(Intel Xeon against AMD EPYC); ga at HK, seed 2 (Intel Xeon against AMD EPYC)." in text
+
+
+@pytest.mark.parametrize("timeline, message", [
+    ({"windows": [{"cpu": "AMD EPYC"}]}, "'source' must say how"),
+    ({"source": "x", "windows": []}, "'windows' must be a non-empty list"),
+    ({"source": "x", "windows": [{"cpu": ""}]}, r"windows\[0\].cpu must name a CPU model"),
+    ({"source": "x", "windows": [{"cpu": "A", "until": "yesterday"}]}, r"windows\[0\].until is 'yesterday'"),
+])
+def test_a_malformed_cpu_timeline_is_refused_naming_the_field(tmp_path, timeline, message):
+    import json
+
+    from feddg.benchmark.record import run_records
+
+    (tmp_path / "cpu_timeline.json").write_text(json.dumps(timeline))
+    with pytest.raises(ConfigError, match=message):
+        run_records(tmp_path)
+
+
+def test_cells_made_by_several_code_versions_are_named():
+    from feddg.benchmark.results import mixed_code_cells
+
+    records = _design({"ga": 0.05})
+    for r in records:
+        r["code"] = "b" * 64 if (r["run"]["method"] == "ga" and r["run"]["held_out"] == "HK" and
+                                 r["run"]["seed"] > 0) else "a" * 64
+    assert mixed_code_cells(records) == ("Cells whose seeds were made by more than one code version: ga at HK "
+                                         "(aaaaaaaaaaaa: seed 0; bbbbbbbbbbbb: seeds 1, 2).")
+    assert mixed_code_cells(_design({"ga": 0.05})) == ""

@@ -25,7 +25,7 @@ from typing import Any
 from feddg.benchmark.executors.base import INTERRUPTED, OK  # a run's statuses; INTERRUPTED: run again on resume
 from feddg.benchmark.protocol import Protocol, protocol_difference, protocol_from_runs, run_mismatch
 from feddg.config import ConfigError
-from feddg.jsonfile import read_json, write_json
+from feddg.jsonfile import read_json, read_json_object, write_json
 
 RUN_FILE = "run.json"
 SWEEP_FILE = "sweep.json"
@@ -43,8 +43,47 @@ def finished(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_cpu(record: dict[str, Any]) -> str | None:
-    """The CPU model a run was made on (its executor's ``cpu``), None when its record does not say."""
+    """The CPU model a run was made on (its executor's ``cpu``, or what the folder's :data:`CPU_TIMELINE` says for a
+    run from before runs kept it: :func:`run_records`), None when neither says."""
     return (record.get("executor") or {}).get("cpu")
+
+
+CPU_TIMELINE = "cpu_timeline.json"  # in a results folder: which CPU made runs that predate executor.cpu
+
+
+def cpu_timeline(out: Path) -> list[dict[str, Any]]:
+    """The folder's :data:`CPU_TIMELINE`, checked: ``{"source": why we know, "windows": [{"cpu": model, "from":
+    epoch s, "until": epoch s}, ...]}`` (``from``/``until`` optional, the window [from, until) of a run's
+    ``ended_at``), as the list of windows; [] without the file. ConfigError naming the file and the field
+    otherwise. The provenance of runs that do not record their CPU, kept as data beside them, not typed into a
+    table."""
+    path = Path(out) / CPU_TIMELINE
+    if not path.exists():
+        return []
+    data = read_json_object(path)
+    if not (isinstance(data.get("source"), str) and data["source"].strip()):
+        raise ConfigError(f"{path}: 'source' must say how the CPU models are known (the sessions' records)")
+    windows = data.get("windows")
+    if not isinstance(windows, list) or not windows:
+        raise ConfigError(f"{path}: 'windows' must be a non-empty list of {{cpu, from, until}}")
+    for i, w in enumerate(windows):
+        if not (isinstance(w, dict) and isinstance(w.get("cpu"), str) and w["cpu"].strip()):
+            raise ConfigError(f"{path}: windows[{i}].cpu must name a CPU model")
+        for key in ("from", "until"):
+            if key in w and (isinstance(w[key], bool) or not isinstance(w[key], (int, float))
+                             or not math.isfinite(w[key])):
+                raise ConfigError(f"{path}: windows[{i}].{key} is {w[key]!r}, not a time in epoch seconds")
+    return windows
+
+
+def _cpu_from(windows: list[dict[str, Any]], record: dict[str, Any]) -> str | None:
+    ended = record.get("ended_at")
+    for w in windows:
+        if "from" not in w and "until" not in w:  # the whole folder
+            return w["cpu"]
+        if isinstance(ended, (int, float)) and w.get("from", -math.inf) <= ended < w.get("until", math.inf):
+            return w["cpu"]
+    return None
 
 
 # What every run.json holds (key -> kind), and what a finished one holds besides; older records may lack the rest
@@ -86,7 +125,15 @@ def run_records(out: Path, scores: bool = False) -> dict[str, dict[str, Any]]:
     record that reads but lacks a field is refused (:func:`check_record`, with ``scores`` for the tables): its
     numbers would be guesses."""
     found = {path.parent.name: (path, read_json(path)) for path in sorted(Path(out).glob(f"runs/*/{RUN_FILE}"))}
-    return {name: check_record(path, record, scores) for name, (path, record) in found.items() if record}
+    records = {name: check_record(path, record, scores) for name, (path, record) in found.items() if record}
+    windows = cpu_timeline(out)
+    for record in records.values():  # a run that predates executor.cpu: its CPU from the folder's timeline
+        executor = record.get("executor")
+        cpu = _cpu_from(windows, record) if windows and not run_cpu(record) else None
+        if cpu is not None:
+            record["executor"] = {**(executor if isinstance(executor, dict) else {}), "cpu": cpu,
+                                  "cpu_from": CPU_TIMELINE}
+    return records
 
 
 def _utc_now() -> str:

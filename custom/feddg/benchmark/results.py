@@ -202,9 +202,17 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
     # The averages are one family, Holm-adjusted: their power is stated at the level of Holm's strictest step,
     # alpha / m, so that "resolvable" means resolvable after the correction.
     family = sum(len(p) == len(sites) for p in paired_by_method.values())
+    cpu = {(r["run"]["method"], r["run"]["held_out"], int(r["run"]["seed"])): run_cpu(r) or "not recorded"
+           for r in finished(records)}
     for method, paired in paired_by_method.items():
         entry: dict[str, Any] = {"sites": {s: compare_seeds({s: p}, n_resamples=n_resamples)
                                            for s, p in paired.items()}}
+        # A pair whose two runs were made on different CPU models is a looser pair (the CPU alone moves a run):
+        # marked until it is re-run on one model.
+        crossed = {s: [{"seed": k, method: cpu.get((method, s, k)), baseline: cpu.get((baseline, s, k))}
+                       for k in p if cpu.get((method, s, k)) != cpu.get((baseline, s, k))]
+                   for s, p in paired.items()}
+        entry["cross_cpu"] = {s: pairs for s, pairs in crossed.items() if pairs}
         if len(paired) == len(sites):
             entry["average"] = compare_seeds(paired, n_resamples=n_resamples, alpha=ALPHA / family)
         out["methods"][method] = entry
@@ -327,10 +335,18 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
                   "| method | " + " | ".join(held_out) + " | average | Holm p (average) |",
                   "|---|" + "---|" * (len(held_out) + 2)]
         for method, entry in comparison["methods"].items():
-            row = [entry["sites"][s].format() if s in entry["sites"] else "not run" for s in held_out]
+            row = [entry["sites"][s].format() + (" †" if s in entry.get("cross_cpu", {}) else "")
+                   if s in entry["sites"] else "not run" for s in held_out]
             average = entry["average"].format() if "average" in entry else "-"
             holm_p = entry["holm_p"].format() if "holm_p" in entry else "-"
             lines.append(f"| {method} | " + " | ".join(row) + f" | {average} | {holm_p} |")
+        crossed = [f"{method} at {site}, seed{'s' if len(pairs) > 1 else ''} "
+                   f"{', '.join(str(p['seed']) for p in pairs)} ({pairs[0][method]} against {pairs[0][base]})"
+                   for method, entry in comparison["methods"].items()
+                   for site, pairs in entry.get("cross_cpu", {}).items()]
+        if crossed:
+            lines += ["", f"† pairs whose two runs were made on different CPU models, which alone move a run: "
+                          f"{'; '.join(crossed)}. Marked until re-run on one model."]
         lines.append("")
     scored = {r["run"]["method"] for r in finished(records)}
     unfinished = [f"- **{method}**: " + ("every run failed (see the runs' run.json)." if
@@ -429,6 +445,22 @@ def code_of_runs(records: Sequence[dict[str, Any]]) -> str:
     """The code fingerprints of the finished runs (:func:`feddg.report.code_fingerprint`), shortened, with counts."""
     counts = Counter(str(r.get("code", "unknown"))[:12] for r in finished(records))
     return ", ".join(f"{v} ({_plural(n, 'run')})" for v, n in sorted(counts.items()))
+
+
+def mixed_code_cells(records: Sequence[dict[str, Any]]) -> str:
+    """The cells (method, held-out site) whose finished seeds were made by more than one code version, each with its
+    codes and their seeds, as a sentence (empty when there is none): the code change between them was admitted by a
+    reproduce check, and the reader sees which cells it touches."""
+    cells: dict[tuple[str, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for r in finished(records):
+        cells[(r["run"]["method"], r["run"]["held_out"])][str(r.get("code", "unknown"))[:12]].append(r["run"]["seed"])
+    mixed = []
+    for (method, site), codes in sorted(cells.items()):
+        if len(codes) > 1:
+            parts = [f"{code}: seed{'' if len(seeds) == 1 else 's'} {', '.join(map(str, sorted(seeds)))}"
+                     for code, seeds in sorted(codes.items())]
+            mixed.append(f"{method} at {site} ({'; '.join(parts)})")
+    return f"Cells whose seeds were made by more than one code version: {', '.join(mixed)}." if mixed else ""
 
 
 def runs_by_cpu(records: Sequence[dict[str, Any]]) -> dict[str, int]:
@@ -579,11 +611,14 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
               f"held-out site's test cases, "
               f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
               _how_to_read(protocol), ""] + ([cost_line(paper_size), ""] if paper_size else [])
+    if mixed_code_cells(records):
+        header += [mixed_code_cells(records), ""]
     (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out, spent, spread))
     figures = plots(records, out / "plots", methods, held_out)
     serial = {c["baseline"]: {m: {"sites": {s: d.to_dict() for s, d in e["sites"].items()},
                                   "average": e["average"].to_dict() if "average" in e else None,
                                   "holm_p": e["holm_p"].to_dict() if "holm_p" in e else None,
+                                  "cross_cpu": e.get("cross_cpu", {}),
                                   "verdict": verdict(m, e, c["baseline"], len(held_out), c["family"], c["data"])}
                               for m, e in c["methods"].items()} for c in stats}
     # Each run's report (per-round history, per-case scores), config and kept server files (GA's weight history)

@@ -19,9 +19,12 @@ before any run.
 
 A folder holds one code version: every run records the fingerprint of the code that ran it
 (:func:`feddg.report.code_fingerprint`), and a sweep whose code differs from the folder's runs is refused, unless
-``reproduce_check`` first re-runs one finished cell with the new code and every per-case score comes out identical
-(the evidence goes to ``sweep.json`` and ``results.json``). The CPU model alone changes a run, so the check re-runs a
-cell made on this machine's CPU model when the folder has one (every run records its CPU: ``executor.cpu``).
+``reproduce_check`` first re-runs one finished cell of every method the folder holds (its seed 0, on its quickest
+held-out site: :func:`reproduce_cells`) with the new code and every per-case score of each comes out identical (the
+evidence, each method's cell, CPU model and result, goes to ``sweep.json`` and ``results.json``): a change that
+touches one method's code path is caught by that method's cell. The CPU model alone changes a run, so the check
+re-runs cells made on this machine's CPU model where the folder has them (every run records its CPU:
+``executor.cpu``).
 
 SIGINT (Ctrl-C) and SIGTERM stop the runs in progress with every process they started (the simulator starts its
 site workers in sessions of their own: :mod:`feddg.process_tree`), record each as ``interrupted`` and end the sweep
@@ -247,23 +250,51 @@ def case_scores_of(report: dict[str, Any]) -> dict[str, Any]:
 
 def admitted_codes(out: Path, records: dict[str, dict]) -> set[str]:
     """The code fingerprints whose runs belong in the folder ``out`` with ``records``: the codes of its finished
-    runs and each code a reproduce check admitted (``sweep.json``'s ``code_evidence``)."""
+    runs and each code a reproduce check admitted (``sweep.json``'s ``code_evidence``: a check of every method that
+    came out identical; an entry of the older one-cell checks counts when it says identical)."""
     evidence = read_json(out / SWEEP_FILE).get("code_evidence", [])
-    return ({str(r.get("code", "unknown")) for r in finished(records.values())}
-            | {e["to_code"] for e in evidence})
+    admitted = {e["to_code"] for e in evidence if isinstance(e, dict) and "to_code" in e
+                and (e["admitted"] if "methods" in e else e.get("identical", True))}
+    return {str(r.get("code", "unknown")) for r in finished(records.values())} | admitted
+
+
+def reproduce_cells(out: Path, records: dict[str, dict]) -> dict[str, dict]:
+    """Method -> the run the reproduce check re-runs for it, for every method with a finished run in the folder:
+    its finished seed-0 run, one made on this machine's CPU model when there is one (the CPU model alone changes a
+    run), on the held-out site with the fewest per-case scores (the quickest; ties by name). ConfigError naming the
+    method and the field when a method has no finished seed 0: then nothing is run or written."""
+    from feddg.report import cpu_model
+
+    here = cpu_model()
+    done = finished(records.values())
+    chosen = {}
+    for method in sorted({r["run"]["method"] for r in done}):
+        mine = [r for r in done if r["run"]["method"] == method]
+        zero = [r for r in mine if r["run"]["seed"] == 0]
+        if not zero:
+            raise ConfigError(f"{out}: --reproduce-check re-runs seed 0 of every method, and {method} has no finished "
+                              f"run with run.seed 0 (its finished runs: {', '.join(r['run_id'] for r in mine)}); run "
+                              f"its seed 0 with the folder's code first")
+        chosen[method] = min(zero, key=lambda r: (run_cpu(r) != here, _n_scores(r), r["run"]["held_out"]))
+    return chosen
+
+
+def _n_scores(record: dict[str, Any]) -> int:
+    return sum(len(cases or {}) for sites in case_scores_of(record.get("report", {})).values()
+               for splits in sites.values() for cases in splits.values())
 
 
 def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout: float, reproduce: bool,
                report: Callable[[str], None], executor: CellExecutor | None = None) -> None:
     """Refuse to add runs made by code other than the folder's (see the module docstring); with ``reproduce``,
-    re-run one finished cell with this code (the first made on this machine's CPU model, else the first) and accept
-    the code when every per-case score is identical, recording the evidence in ``sweep.json``."""
+    re-run one cell of every method the folder holds with this code (:func:`reproduce_cells`) and accept the code
+    only when every per-case score of each is identical. The check, every method's cell, CPU model and result, is
+    recorded in ``sweep.json`` (``code_evidence``) whatever its result; a refusal names the first method that
+    differs and its first differing case."""
     from feddg.report import code_fingerprint, cpu_model
 
     current, here = code_fingerprint(), cpu_model()
     path = out / SWEEP_FILE
-    recorded = read_json(path)
-    evidence = list(recorded.get("code_evidence", []))
     done = {r["run_id"]: r for r in sorted(finished(records.values()), key=lambda r: r["run_id"])}
     made_by = sorted({str(r.get("code", "unknown")) for r in done.values()})
     if current in admitted_codes(out, records) or not done:
@@ -272,39 +303,57 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
         raise ConfigError(
             f"{out}: its {len(done)} finished run(s) were made by code {', '.join(c[:12] for c in made_by)}; "
             f"this code is {current[:12]}. A results folder holds one code version: use another --out, or "
-            f"--reproduce-check to re-run one of its cells with this code first (accepted only when every "
-            f"per-case score is identical)")
-    # A run made on this CPU model if there is one: another model alone changes a run (feddg.report.cpu_model).
-    rid, old = next(((k, r) for k, r in done.items() if run_cpu(r) == here), next(iter(done.items())))
-    report(f"reproduce check: re-running {rid} with code {current[:12]} (made by {str(old.get('code'))[:12]})")
+            f"--reproduce-check to re-run one cell of each of its methods with this code first (accepted only when "
+            f"every per-case score is identical)")
+    chosen = reproduce_cells(out, records)  # refused here, before anything runs, when a method has no seed 0
+    report(f"reproduce check: re-running {', '.join(r['run_id'] for r in chosen.values())} with code "
+           f"{current[:12]}")
     scratch = out / REPRODUCE_DIR
     shutil.rmtree(scratch, ignore_errors=True)
+    new: dict[str, dict[str, Any]] = {}
+    tails: dict[str, str] = {}
     try:
-        new = execute(Run(**old["run"]), protocol, scratch, timeout, report, executor)
+        cells = [prepare_cell(Run(**old["run"]), protocol, scratch, timeout) for old in chosen.values()]
+        executor = executor or LocalExecutor()
+        executor.check(cells)
+        _run_cells(protocol, cells, executor, report, lambda cell, record: new.update({cell.run_id: record}))
     finally:
-        evidence_log = scratch / "runs" / rid / "simulate.log"
-        kept = evidence_log.read_text(errors="replace")[-2000:] if evidence_log.exists() else ""
+        for old in chosen.values():
+            log = scratch / "runs" / old["run_id"] / "simulate.log"
+            tails[old["run_id"]] = log.read_text(errors="replace")[-2000:] if log.exists() else ""
         shutil.rmtree(scratch, ignore_errors=True)
-    if new.get("status") != "ok":
-        raise ConfigError(f"reproduce check: {rid} did not finish with this code ({new.get('status')}: "
-                          f"{new.get('reason')}); log tail:\n{kept}")
-    difference = first_difference(case_scores_of(old["report"]), case_scores_of(new["report"]))
-    if difference:
-        made_on = run_cpu(old)
-        cpu = "" if made_on == here else (
-            f". That run was made on {made_on or 'a CPU its record does not name'}, this machine's CPU is {here}: the "
-            f"CPU model alone changes a run (benchmarks/results/cpu_check_prostate), so run the check on a machine "
-            f"with the CPU of one of the folder's runs")
-        raise ConfigError(f"reproduce check: {rid} gives other per-case scores with code {current[:12]} "
-                          f"({difference.describe('with the old code', 'with this code')}); this code cannot add "
-                          f"runs to {out}: use another --out{cpu}")
-    n_cases = sum(len(cases or {}) for sites in case_scores_of(new["report"]).values()
-                  for splits in sites.values() for cases in splits.values())
-    evidence.append({"run_id": rid, "from_code": old.get("code", "unknown"), "to_code": current, "cpu": here,
-                     "per_case_scores_compared": n_cases, "identical": True,
-                     "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-    report(f"reproduce check: {rid} identical in all {n_cases} per-case scores; code {current[:12]} accepted")
+    checks, refusal = [], None
+    for method, old in chosen.items():
+        rid, rerun = old["run_id"], new.get(old["run_id"], {})
+        entry = {"method": method, "run_id": rid, "from_code": old.get("code", "unknown"),
+                 "made_on": run_cpu(old), "status": rerun.get("status", "not run")}
+        if rerun.get("status") != "ok":
+            entry["identical"] = False
+            refusal = refusal or (f"reproduce check: {method}'s {rid} did not finish with this code "
+                                  f"({rerun.get('status')}: {rerun.get('reason')}); log tail:\n{tails[rid]}")
+        else:
+            difference = first_difference(case_scores_of(old["report"]), case_scores_of(rerun["report"]))
+            entry.update(identical=difference is None, per_case_scores_compared=_n_scores(rerun))
+            if difference is not None:
+                entry["first_difference"] = difference.describe("with the old code", "with this code")
+                cpu = "" if run_cpu(old) == here else (
+                    f". That run was made on {run_cpu(old) or 'a CPU its record does not name'}, this machine's CPU "
+                    f"is {here}: the CPU model alone changes a run (benchmarks/results/cpu_check_prostate), so run "
+                    f"the check on a machine with the CPU of one of the folder's runs")
+                refusal = refusal or (f"reproduce check: {method} ({rid}) gives other per-case scores with code "
+                                      f"{current[:12]} ({entry['first_difference']}); this code cannot add runs to "
+                                      f"{out}: use another --out{cpu}")
+        checks.append(entry)
+    recorded = read_json(path)
+    evidence = [*recorded.get("code_evidence", []),
+                {"to_code": current, "cpu": here, "admitted": refusal is None, "methods": checks,
+                 "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
     write_json(path, {**recorded, "code_evidence": evidence}, indent=2)
+    if refusal is not None:
+        raise ConfigError(refusal)
+    n_cases = sum(c["per_case_scores_compared"] for c in checks)
+    report(f"reproduce check: {len(checks)} method(s) identical in all {n_cases} per-case scores; code "
+           f"{current[:12]} accepted")
 
 
 def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run]) -> tuple[float, str]:
