@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "custom" / "feddg"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("feddg", "feddg.config", "feddg.layouts", "feddg.jsonfile", "feddg.seeds", "feddg.compute",
-              "feddg.precision", "feddg.folders", "feddg.numbers")),
+              "feddg.precision", "feddg.folders", "feddg.numbers", "feddg.numerics")),
     ("data, nets, methods", ("feddg.data", "feddg.nets", "feddg.methods", "feddg.metrics")),
     ("training and evaluation", ("feddg.training", "feddg.evaluation", "feddg.report")),
     ("flare", ("feddg.flare",)),

@@ -160,7 +160,8 @@ def _cmd_benchmark(args: argparse.Namespace, simulator_args: list[str]) -> int:
 
         records = sweep(out, protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed,
                         reproduce_check=args.reproduce_check, dry_run=args.dry_run,
-                        move_aside=args.move_aside_mismatched, after_run=tables, executor=executor)
+                        move_aside=args.move_aside_mismatched, after_run=tables, executor=executor,
+                        cpu_pin=args.cpu_pin)
         if args.dry_run:
             return 0
         paths = tables()
@@ -339,6 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reproduce-check", action="store_true",
                    help="when the folder's runs were made by other code: re-run one of its cells with this code "
                         "first and add runs only if every per-case score is identical")
+    p.add_argument("--cpu-pin", choices=["avx2", "off"], default="avx2",
+                   help="the runs' CPU numerics: avx2 (default) caps PyTorch, oneDNN and MKL at AVX2 so that a run "
+                        "repeats on AMD and Intel machines alike; off: each machine's fastest kernels "
+                        "(feddg.numerics)")
     p.add_argument("--move-aside-mismatched", action="store_true",
                    help="move the folder's runs whose config is not this protocol's to OUT/aside/ (default: refuse "
                         "the folder, naming the first such run and setting)")

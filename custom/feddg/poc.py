@@ -40,6 +40,7 @@ from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.site_policy import install_site_policy
 from feddg.folders import claim, guard_folder
 from feddg.numbers import seconds
+from feddg.numerics import cpu_pin_mode, pinned_environment
 from feddg.provisioning import FED_LEARN_PORT, hospital_admins, project
 from feddg.report import REPORT_FILE, format_table
 
@@ -69,7 +70,9 @@ class POC:
     def env(self) -> dict[str, str]:
         home = self.workspace / "home"
         home.mkdir(parents=True, exist_ok=True)
-        return {**os.environ, "HOME": str(home), "NVFLARE_POC_WORKSPACE": str(self.workspace / "nvflare_poc")}
+        # FEDDG_CPU_PIN (feddg.numerics) reaches every participant as the variables that pin the kernels
+        return {**os.environ, **pinned_environment(cpu_pin_mode()), "HOME": str(home),
+                "NVFLARE_POC_WORKSPACE": str(self.workspace / "nvflare_poc")}
 
     def kit(self, name: str) -> Path:
         return self.prod / name

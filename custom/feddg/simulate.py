@@ -10,6 +10,7 @@ from pathlib import Path
 
 from feddg.compute import SITE_PROCESSES_ENV, concurrent_runs_from_env
 from feddg.folders import claim, guard_folder
+from feddg.numerics import cpu_pin_mode, pinned_environment
 
 
 def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
@@ -53,6 +54,10 @@ def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
     nvflare = shutil.which("nvflare")
     if nvflare is None:
         raise OSError("the nvflare command is not on PATH; install the requirements first")
+    pin = pinned_environment(cpu_pin_mode())  # FEDDG_CPU_PIN: the site processes inherit it (feddg.numerics)
+    os.environ.update(pin)
+    if len(pin) > 1:
+        print(f"CPU numerics pinned: {' '.join(f'{k}={v}' for k, v in pin.items())}", flush=True)
     rest, site_processes = simulator_threads(Path(job), rest)
     site_processes *= concurrent_runs_from_env()  # every site process on the host: the sweep's runs at once
     command = [nvflare, "simulator", job, "-w", str(workspace_path), *rest]

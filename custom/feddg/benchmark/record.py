@@ -26,6 +26,7 @@ from feddg.benchmark.executors.base import INTERRUPTED, OK  # a run's statuses; 
 from feddg.benchmark.protocol import Protocol, protocol_difference, protocol_from_runs, run_mismatch
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, read_json_object, write_json
+from feddg.numerics import effective_kernels
 
 RUN_FILE = "run.json"
 SWEEP_FILE = "sweep.json"
@@ -52,9 +53,9 @@ CPU_TIMELINE = "cpu_timeline.json"  # in a results folder: which CPU made runs t
 
 
 def cpu_timeline(out: Path) -> list[dict[str, Any]]:
-    """The folder's :data:`CPU_TIMELINE`, checked: ``{"source": why we know, "windows": [{"cpu": model, "from":
-    epoch s, "until": epoch s}, ...]}`` (``from``/``until`` optional, the window [from, until) of a run's
-    ``ended_at``), as the list of windows; [] without the file. ConfigError naming the file and the field
+    """The folder's :data:`CPU_TIMELINE`, checked: ``{"source": why we know, "windows": [{"cpu": model, "avx512":
+    bool, "from": epoch s, "until": epoch s}, ...]}`` (``avx512``, ``from`` and ``until`` optional; a window is
+    [from, until) of a run's ``ended_at``, one with neither holds every run), as the list of windows; [] without the file. ConfigError naming the file and the field
     otherwise. The provenance of runs that do not record their CPU, kept as data beside them, not typed into a
     table."""
     path = Path(out) / CPU_TIMELINE
@@ -69,6 +70,8 @@ def cpu_timeline(out: Path) -> list[dict[str, Any]]:
     for i, w in enumerate(windows):
         if not (isinstance(w, dict) and isinstance(w.get("cpu"), str) and w["cpu"].strip()):
             raise ConfigError(f"{path}: windows[{i}].cpu must name a CPU model")
+        if "avx512" in w and not isinstance(w["avx512"], bool):
+            raise ConfigError(f"{path}: windows[{i}].avx512 is {w['avx512']!r}, not true or false")
         for key in ("from", "until"):
             if key in w and (isinstance(w[key], bool) or not isinstance(w[key], (int, float))
                              or not math.isfinite(w[key])):
@@ -76,13 +79,13 @@ def cpu_timeline(out: Path) -> list[dict[str, Any]]:
     return windows
 
 
-def _cpu_from(windows: list[dict[str, Any]], record: dict[str, Any]) -> str | None:
+def _window(windows: list[dict[str, Any]], record: dict[str, Any]) -> dict[str, Any] | None:
     ended = record.get("ended_at")
     for w in windows:
         if "from" not in w and "until" not in w:  # the whole folder
-            return w["cpu"]
+            return w
         if isinstance(ended, (int, float)) and w.get("from", -math.inf) <= ended < w.get("until", math.inf):
-            return w["cpu"]
+            return w
     return None
 
 
@@ -129,9 +132,10 @@ def run_records(out: Path, scores: bool = False) -> dict[str, dict[str, Any]]:
     windows = cpu_timeline(out)
     for record in records.values():  # a run that predates executor.cpu: its CPU from the folder's timeline
         executor = record.get("executor")
-        cpu = _cpu_from(windows, record) if windows and not run_cpu(record) else None
-        if cpu is not None:
-            record["executor"] = {**(executor if isinstance(executor, dict) else {}), "cpu": cpu,
+        window = _window(windows, record) if windows and not run_cpu(record) else None
+        if window is not None:
+            record["executor"] = {**(executor if isinstance(executor, dict) else {}), "cpu": window["cpu"],
+                                  **({"avx512": window["avx512"]} if "avx512" in window else {}),
                                   "cpu_from": CPU_TIMELINE}
     return records
 
@@ -242,14 +246,31 @@ def designed(out: Path) -> Design:
 # ------------------------------------------------------------------------------------------------------ the runs
 
 
+def run_kernels(record: dict[str, Any]) -> str:
+    """The CPU kernel family a run's numbers come from (:func:`feddg.numerics.effective_kernels`): from its
+    ``cpu_pin`` (``off`` for runs from before it was kept) and whether its CPU has AVX-512 (``executor.avx512``, or
+    the folder's :data:`CPU_TIMELINE`)."""
+    avx512 = (record.get("executor") or {}).get("avx512")
+    return effective_kernels(record.get("cpu_pin", "off"), avx512 if isinstance(avx512, bool) else None)
+
+
 def check_records(out: Path, protocol: Protocol, move_aside: bool = False, report: Report = print,
-                  write: bool = True) -> None:
+                  write: bool = True, kernels: str | None = None) -> None:
     """Refuse a folder holding a run that is not a run of ``protocol`` (its folder name, task, simulator flags and
-    config checked by :func:`~feddg.benchmark.protocol.run_mismatch`): ConfigError naming the run and its first
-    differing setting with both values. With ``move_aside`` such runs are moved to ``OUT/aside/`` instead, each
-    with a line; ``write=False`` (a dry run) only says what would be moved."""
-    mismatched = {name: why for name, record in run_records(out).items()
-                  if (why := run_mismatch(protocol, name, record))}
+    config checked by :func:`~feddg.benchmark.protocol.run_mismatch`), or, given this sweep's ``kernels``
+    (:func:`feddg.numerics.effective_kernels`), a run whose numbers come from other CPU kernels (another pin, or
+    unpinned on another kind of CPU; a run whose record cannot tell is let be): ConfigError naming the run and its
+    first differing setting with both values. With ``move_aside`` such runs are moved to ``OUT/aside/`` instead,
+    each with a line; ``write=False`` (a dry run) only says what would be moved."""
+    def mismatch(name: str, record: dict[str, Any]) -> str | None:
+        why = run_mismatch(protocol, name, record)
+        theirs = run_kernels(record)
+        if why is None and kernels is not None and "unknown" not in (theirs, kernels) and theirs != kernels:
+            why = (f"cpu_pin {record.get('cpu_pin', 'off')!r} on {run_cpu(record) or 'an unrecorded CPU'} gives "
+                   f"{theirs} kernels in the run, {kernels} in this sweep (feddg.numerics)")
+        return why
+
+    mismatched = {name: why for name, record in run_records(out).items() if (why := mismatch(name, record))}
     if not mismatched:
         return
     if not move_aside:

@@ -50,6 +50,7 @@ from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_rec
 from feddg.benchmark.signals import STOP_SIGNALS, Interrupted, handle_stop_signals
 from feddg.config import ConfigError
 from feddg.folders import claim
+from feddg.numerics import cpu_flags, effective_kernels
 from feddg.jsonfile import read_json, write_json
 from feddg.report import REPORT_FILE
 
@@ -158,9 +159,10 @@ def check_real_data(protocol: Protocol, run: Run, report: Callable[[str], None] 
                f"change it)")
 
 
-def prepare_cell(run: Run, protocol: Protocol, out: Path, timeout: float) -> Cell:
+def prepare_cell(run: Run, protocol: Protocol, out: Path, timeout: float, cpu_pin: str = "avx2") -> Cell:
     """The cell of ``run``, ready for an executor: a fresh ``out/runs/<id>`` (what an unfinished run left there is
-    cleared) holding the run's job, written from the template with the protocol and the run's own settings."""
+    cleared) holding the run's job, written from the template with the protocol and the run's own settings, run
+    with the CPU numerics ``cpu_pin`` (:mod:`feddg.numerics`)."""
     from feddg.jobs import write_job
 
     folder = out / "runs" / run.run_id
@@ -169,7 +171,7 @@ def prepare_cell(run: Run, protocol: Protocol, out: Path, timeout: float) -> Cel
     folder.mkdir(parents=True)
     job = write_job(folder, f"{run.task}_{run.method}", run_overrides(protocol, run))
     rounds = run_experiment(protocol, run)["train"]["rounds"]
-    return Cell(run, job, folder, timeout, rounds, tuple(protocol.simulator_args))
+    return Cell(run, job, folder, timeout, rounds, tuple(protocol.simulator_args), cpu_pin)
 
 
 def execute(run: Run, protocol: Protocol, out: Path, timeout: float, report: Callable[[str], None] = print,
@@ -192,7 +194,8 @@ def _run_cells(protocol: Protocol, cells: Sequence[Cell], executor: CellExecutor
     stopped: list[str] = []
 
     def on_done(cell: Cell, outcome: Outcome) -> None:
-        record = _outcome(cell.run, protocol, run_experiment(protocol, cell.run), cell.folder, outcome)
+        record = _outcome(cell.run, protocol, run_experiment(protocol, cell.run), cell.folder, outcome,
+                          cell.cpu_pin if executor.applies_cpu_pin else "off")
         write_json(cell.folder / RUN_FILE, record, indent=2, finite=True)  # atomic: a run.json is whole or absent
         if record["status"] == INTERRUPTED:
             stopped.append(cell.run_id)
@@ -203,7 +206,8 @@ def _run_cells(protocol: Protocol, cells: Sequence[Cell], executor: CellExecutor
         STOP_SIGNALS.raise_received(stopped)
 
 
-def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, outcome: Outcome) -> dict[str, Any]:
+def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, outcome: Outcome,
+             cpu_pin: str = "off") -> dict[str, Any]:
     """The run's record: its cell, status, wall time, when it was recorded (``ended_at``, UTC epoch seconds: with the
     wall time it places the run in time, so runs made at once count once in the machine time), log, config,
     simulator flags, code and where it ran (``executor``: the executor's ``Outcome.where``); a run that ended by
@@ -217,7 +221,7 @@ def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, ou
                               "wall_s": round(outcome.wall_s, 1), "ended_at": round(time.time(), 1),
                               "log": str(outcome.log), "config": exp,
                               "simulator_args": list(protocol.simulator_args), "code": code_fingerprint(),
-                              "executor": outcome.where}
+                              "cpu_pin": cpu_pin, "executor": outcome.where}
     server = outcome.server_dir
     report_json = read_json(server / REPORT_FILE) if server is not None else {}
     if status == "ok" and (returncode not in (0, None) or not report_json):
@@ -285,7 +289,7 @@ def _n_scores(record: dict[str, Any]) -> int:
 
 
 def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout: float, reproduce: bool,
-               report: Callable[[str], None], executor: CellExecutor | None = None) -> None:
+               report: Callable[[str], None], executor: CellExecutor | None = None, cpu_pin: str = "avx2") -> None:
     """Refuse to add runs made by code other than the folder's (see the module docstring); with ``reproduce``,
     re-run one cell of every method the folder holds with this code (:func:`reproduce_cells`) and accept the code
     only when every per-case score of each is identical. The check, every method's cell, CPU model and result, is
@@ -313,7 +317,7 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
     new: dict[str, dict[str, Any]] = {}
     tails: dict[str, str] = {}
     try:
-        cells = [prepare_cell(Run(**old["run"]), protocol, scratch, timeout) for old in chosen.values()]
+        cells = [prepare_cell(Run(**old["run"]), protocol, scratch, timeout, cpu_pin) for old in chosen.values()]
         executor = executor or LocalExecutor()
         executor.check(cells)
         _run_cells(protocol, cells, executor, report, lambda cell, record: new.update({cell.run_id: record}))
@@ -373,7 +377,8 @@ def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run]) 
 def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], seeds: Sequence[int],
           timeout: float = 3600, retry_failed: bool = False, reproduce_check: bool = False, dry_run: bool = False,
           move_aside: bool = False, report: Callable[[str], None] = print,
-          after_run: Callable[[], None] | None = None, executor: CellExecutor | None = None) -> list[dict]:
+          after_run: Callable[[], None] | None = None, executor: CellExecutor | None = None,
+          cpu_pin: str = "avx2") -> list[dict]:
     """Run every cell not run yet; returns every cell's record (finished earlier or now; a dry run returns the
     finished ones and runs nothing). Before any run: every cell is validated, the data (with a data root) checked,
     and the folder's record checked (its protocol, each run's config: :mod:`feddg.benchmark.record`; with
@@ -381,30 +386,33 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
     time are printed. ``after_run`` is called after each run (the CLI rewrites the tables then, so an interrupted
     sweep leaves tables of what it finished). ``executor`` runs the cells (:mod:`feddg.benchmark.executors`; by
     default one local simulator run at a time); it checks them before any run, the reproduce check's included. A
-    stop signal ends it with :class:`Interrupted`; the folder's lock is released on every way out."""
+    stop signal ends it with :class:`Interrupted`; the folder's lock is released on every way out. ``cpu_pin``: the
+    runs' CPU numerics (:mod:`feddg.numerics`; the benchmark pins them by default, so that its runs repeat on other
+    machines); a folder holding runs made with other kernels is refused like a run of another protocol."""
     executor = executor or LocalExecutor()
+    kernels = effective_kernels(cpu_pin if executor.applies_cpu_pin else "off", "avx512f" in cpu_flags())
     with handle_stop_signals():
         runs = plan(protocol, methods, held_out, seeds)  # every run valid before the folder is touched
         if executor.data_here and (move_aside or _split(runs, run_records(out), retry_failed)[1]):
             check_real_data(protocol, runs[0], report)
         if dry_run:
             prepare_folder(out, protocol, report, write=False)
-            check_records(out, protocol, move_aside, report, write=False)
+            check_records(out, protocol, move_aside, report, write=False, kernels=kernels)
             done, todo = _split(runs, run_records(out), retry_failed)
             _report_plan(protocol, runs, done, todo, report)
             return list(done.values())
         with _undone_if_refused(Path(out)) as accepted:
             with folder_lock(out, report):
                 prepare_folder(out, protocol, report)
-                check_records(out, protocol, move_aside, report)
+                check_records(out, protocol, move_aside, report, kernels=kernels)
                 folder = run_records(out)
                 done, todo = _split(runs, folder, retry_failed)
                 _report_plan(protocol, runs, done, todo, report)
-                cells = [prepare_cell(run, protocol, out, timeout) for run in todo]
+                cells = [prepare_cell(run, protocol, out, timeout, cpu_pin) for run in todo]
                 try:
                     if cells:
                         executor.check(cells)  # refused in one line before any run, the reproduce check's included
-                        check_code(out, folder, protocol, timeout, reproduce_check, report, executor)
+                        check_code(out, folder, protocol, timeout, reproduce_check, report, executor, cpu_pin)
                     record_design(out, methods, held_out, seeds)  # accepted: a refused sweep leaves it as it was
                     accepted()
                     _run_all(protocol, runs, done, cells, executor, report, after_run)

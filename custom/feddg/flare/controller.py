@@ -55,6 +55,7 @@ from feddg.flare.site_info import mismatch
 from feddg.flare.timings import TIMINGS_FILE, append_timing, peak_rss_mib
 from feddg.flare.updates import UpdateRejected, check_update
 from feddg.jsonfile import json_safe, write_json
+from feddg.numerics import numerics
 from feddg.report import REPORT_FILE, evaluation_rows, format_table, mean_of, software_versions, write_report
 
 
@@ -392,6 +393,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             "seeds": {"split_seed": cfg.data.split_seed, "train_seed": cfg.train.seed,
                       "synthetic_seed": cfg.data.synthetic.seed if cfg.data.root is None else None},
             "versions": software_versions(),
+            # the CPU numerics of this process (in the simulator the sites' too: they inherit its environment)
+            "numerics": numerics(),
             "wall_time_s": round(wall_time, 1),
         }
         path = os.path.join(self.get_run_dir(), self.report_file)

@@ -37,6 +37,8 @@ class Cell:
         timeout: seconds the run may take, from its start (its time in a queue not counted).
         rounds: the run's ``train.rounds``, for progress lines.
         simulator_args: ``nvflare simulator`` flags of the protocol (local and ray executors).
+        cpu_pin: the CPU numerics of the run's processes (:mod:`feddg.numerics`; local and ray executors: a
+            deployment's sites run as their hosts are set up).
     """
 
     run: Run
@@ -45,6 +47,7 @@ class Cell:
     timeout: float
     rounds: int
     simulator_args: tuple[str, ...] = ()
+    cpu_pin: str = "off"
 
     @property
     def run_id(self) -> str:
@@ -106,6 +109,9 @@ class CellExecutor(abc.ABC):
     # Whether the runs read the protocol's data.root on this host (the sweep then checks the data here before any
     # run); False where the data stay elsewhere (the sites of a deployment each read their own).
     data_here: ClassVar[bool] = True
+    # Whether the runs' processes get the cell's CPU numerics (Cell.cpu_pin); False where the sites run as their own
+    # hosts are set up (a deployment): its runs are recorded unpinned.
+    applies_cpu_pin: ClassVar[bool] = True
 
     def check(self, cells: Sequence[Cell]) -> None:  # noqa: B027 - optional to override
         """Refuse the sweep before any run starts: :class:`ExecutorError` in one line (e.g. a cluster that does

@@ -253,6 +253,7 @@ class FlareExecutor(CellExecutor):
 
     name: ClassVar[str] = "flare"
     data_here: ClassVar[bool] = False  # each site reads its own data_root; nothing of the data is on this host
+    applies_cpu_pin: ClassVar[bool] = False  # the sites run as their hosts are set up (FEDDG_CPU_PIN there)
 
     def __init__(self, kit: Path, max_jobs: int = 4, site_gpus: int = 0, site_gpu_mem: float = 0.0,
                  connect_timeout: float = 15.0, reconnect_timeout: float = 300.0) -> None:

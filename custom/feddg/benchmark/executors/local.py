@@ -25,6 +25,7 @@ from feddg.benchmark.executors.base import INTERRUPTED, OK, Cell, CellExecutor, 
 from feddg.benchmark.launch import Ended, SimulatorRun
 from feddg.benchmark.signals import STOP_SIGNALS
 from feddg.compute import available_cores
+from feddg.numerics import CPU_PIN_ENV, cpu_flags
 from feddg.report import cpu_model
 
 GPU_FLAG = "-gpu"
@@ -146,11 +147,12 @@ class LocalExecutor(CellExecutor):
         shutil.rmtree(workspace, ignore_errors=True)
         gpu = gpu_of_slot(slot, self.gpus, cell.simulator_args)
         sim = SimulatorRun(cell.job, workspace, cell.log, cell.simulator_args, gpu=gpu,
-                           concurrent_runs=self.parallel).start()
+                           concurrent_runs=self.parallel, env={CPU_PIN_ENV: cell.cpu_pin}).start()
         return _Running(cell, slot, gpu, sim, attempts)
 
     def _outcome(self, r: _Running, ended: Ended) -> Outcome:
         where: dict[str, Any] = {"executor": self.name, "host": self.host, "cpu": cpu_model(),
-                                 "parallel": self.parallel, "gpu": r.gpu, "attempts": r.attempts}
+                                 "avx512": "avx512f" in cpu_flags(), "parallel": self.parallel, "gpu": r.gpu,
+                                 "attempts": r.attempts}
         return Outcome(ended.status, ended.reason, ended.returncode, ended.wall_s, r.sim.server_dir, r.cell.log,
                        where, scratch=r.sim.workspace)

@@ -85,12 +85,13 @@ def unpack(data: bytes, into: Path) -> None:
 
 
 def run_cell_on_worker(job_tar: bytes, job_name: str, simulator_args: Sequence[str], timeout: float,
-                       cpus_per_run: float) -> dict[str, Any]:
+                       cpus_per_run: float, cpu_pin: str = "off") -> dict[str, Any]:
     """The Ray task: run one job in the simulator on this node and return its end, its log and server files (see
     the module docstring). A cancelled task (KeyboardInterrupt from Ray) stops its simulator before it ends."""
     import ray
 
     from feddg.benchmark.launch import SimulatorRun, run_simulator
+    from feddg.numerics import CPU_PIN_ENV, cpu_flags
     from feddg.report import code_fingerprint, cpu_model
 
     context = ray.get_runtime_context()
@@ -102,13 +103,15 @@ def run_cell_on_worker(job_tar: bytes, job_name: str, simulator_args: Sequence[s
         unpack(job_tar, scratch / "job")
         run = SimulatorRun(scratch / "job" / job_name, scratch / "ws", scratch / "simulate.log", simulator_args,
                            gpu=",".join(gpus) if gpus else None,
-                           concurrent_runs=max(1, int(node_cpus // max(cpus_per_run, 1e-9))))
+                           concurrent_runs=max(1, int(node_cpus // max(cpus_per_run, 1e-9))),
+                           env={CPU_PIN_ENV: cpu_pin})
         ended = run_simulator(run, timeout)
         server = run.server_dir
         files = sorted(p.name for p in server.iterdir() if p.is_file() and p.stat().st_size <= MAX_FILE_BYTES) \
             if server.is_dir() else []
         return {"status": ended.status, "reason": ended.reason, "returncode": ended.returncode,
                 "wall_s": ended.wall_s, "node": {"node_id": node_id, "host": socket.gethostname(), "cpu": cpu_model(),
+                                                 "avx512": "avx512f" in cpu_flags(),
                                                  "ip": ray.util.get_node_ip_address(), "gpus": gpus},
                 "code": code_fingerprint(), "log": run.log.read_bytes() if run.log.exists() else b"",
                 "server_files": pack(server, files) if files else b""}
@@ -204,7 +207,7 @@ class RayExecutor(CellExecutor):
         task = self._task.options(num_cpus=self.cpus_per_run, num_gpus=self.gpus_per_run, max_retries=0,
                                   name=cell.run_id)
         return task.remote(pack(cell.job.parent, [cell.job.name]), cell.job.name, list(cell.simulator_args),
-                           cell.timeout, self.cpus_per_run)
+                           cell.timeout, self.cpus_per_run, cell.cpu_pin)
 
     def run_cells(self, cells: Sequence[Cell], on_done: OnDone, report: Report = print) -> None:
         ray = self._connect()

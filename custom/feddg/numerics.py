@@ -1,0 +1,86 @@
+"""CPU numerics pinned so that a run repeats bit for bit on the x86 machines this project runs on: one setting,
+``FEDDG_CPU_PIN``, with its home here.
+
+PyTorch picks its CPU kernels by instruction set at run time, and so do oneDNN (convolutions) and MKL (matrix
+products): the same seed and code give other numbers on an Intel Xeon with AVX-512 than on an AMD EPYC with AVX2
+only (one prostate cell moved by 0.019 Dice, 178 of 204 per-case scores differed:
+``benchmarks/results/cpu_check_prostate``). ``FEDDG_CPU_PIN=avx2`` caps all three at AVX2 through their documented
+switches (:data:`PINNED`): ``ATEN_CPU_CAPABILITY`` (PyTorch's own kernels), ``ONEDNN_MAX_CPU_ISA`` (oneDNN) and
+``MKL_CBWR`` (MKL's conditional numerical reproducibility). They are read when each library loads, so they must be
+in a process's environment before it imports torch: ``feddg simulate`` exports them before it starts NVFlare's
+simulator, whose site processes inherit them.
+
+AVX2 is the pin because it leaves the runs of the AVX2-only AMD EPYC machines bit for bit as they were (measured
+2026-11-28 on one: a U-Net trained 20 steps gave the same weights pinned and unpinned, while ``MKL_CBWR=COMPATIBLE``
+or ``ATEN_CPU_CAPABILITY=default`` changed them), so the committed runs made there stay valid. ``off`` (the default
+of ``feddg simulate``) lets every library use the fastest path of the machine; the benchmark pins by default
+(``feddg benchmark --cpu-pin``). What a run used is recorded in its report (:func:`numerics`) and ``run.json``.
+
+Not proven here: that an AVX-512 Intel machine pinned this way repeats the AMD runs bit for bit (oneDNN may still
+block its loops by the cache sizes); no Intel machine was available when this was written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+CPU_PIN_ENV = "FEDDG_CPU_PIN"
+PINNED: dict[str, dict[str, str]] = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"},
+    "off": {},
+}
+CPU_PIN_MODES = tuple(PINNED)
+
+
+def cpu_pin_mode(environ: Mapping[str, str] | None = None) -> str:
+    """The pin ``FEDDG_CPU_PIN`` asks for (``off`` when unset); ValueError naming the variable for another value."""
+    environ = os.environ if environ is None else environ
+    mode = environ.get(CPU_PIN_ENV, "off").strip() or "off"
+    if mode not in PINNED:
+        raise ValueError(f"{CPU_PIN_ENV}={mode!r}: give one of {', '.join(CPU_PIN_MODES)}")
+    return mode
+
+
+def pinned_environment(mode: str) -> dict[str, str]:
+    """The variables that pin the numerics for ``mode``, ``FEDDG_CPU_PIN`` itself included (so that the processes
+    started with them record it)."""
+    if mode not in PINNED:
+        raise ValueError(f"CPU pin {mode!r}: give one of {', '.join(CPU_PIN_MODES)}")
+    return {CPU_PIN_ENV: mode, **PINNED[mode]}
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's flags (``/proc/cpuinfo``; empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return set()
+    return set(line.partition(":")[2].split())
+
+
+def numerics(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What a run records of its numerics: the pin, whether the CPU has AVX-512 (where an unpinned run takes other
+    kernels than an AVX2 machine), the variables of every pin as this process sees them, and the kernels PyTorch
+    picked (when torch is loaded)."""
+    import sys
+
+    environ = os.environ if environ is None else environ
+    variables = sorted({k for pinned in PINNED.values() for k in pinned})
+    out: dict[str, Any] = {"cpu_pin": cpu_pin_mode(environ), "avx512": "avx512f" in cpu_flags(),
+                           "variables": {k: environ.get(k) for k in variables}}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        out["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    return out
+
+
+def effective_kernels(cpu_pin: str | None, avx512: bool | None) -> str:
+    """The kernel family a run's numbers come from: ``avx2`` when pinned, or unpinned on a CPU without AVX-512 (the
+    pin changes nothing there); ``native-avx512`` unpinned on a CPU with it; ``unknown`` when the record cannot
+    tell. Runs of one folder must agree on it to be compared pair by pair."""
+    if cpu_pin == "avx2" or avx512 is False:
+        return "avx2"
+    return "native-avx512" if avx512 else "unknown"
