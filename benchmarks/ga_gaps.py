@@ -17,8 +17,9 @@ GA's aggregator writes every round, :mod:`feddg.flare.ga.aggregator`) and writes
 - the held-out Dice (mean over structures) minus the control's of the same seed.
 
 Per held-out site: the means of these over seeds, the difference to the control with seeds as the unit (95%
-two-level bootstrap interval and sign-flip p, :func:`feddg.benchmark.stats.compare_seeds`), and which site ended
-with the largest weight in how many seeds (one site in every seed: a signal; a different one in each: noise).
+crossed bootstrap interval and the paired t-test's p over the seeds, :func:`feddg.benchmark.stats.compare_seeds`),
+and which site ended with the largest weight in how many seeds (one site in every seed: a signal; a different one
+in each: noise).
 
 An ablation folder (one GA setting changed, ``--set ga.gap_split=train``) need not run the control again:
 ``--controls FOLDER`` takes the control's runs from another folder, each checked to be exactly the run this folder's
@@ -180,7 +181,7 @@ def _difference(summary: dict[str, Any]) -> str:
     text = f"{d['mean']:+.3f}"
     if d["low"] is not None:
         p = d["p"]
-        text += f" [{d['low']:+.3f}, {d['high']:+.3f}], p {'< ' if p['kind'] == 'bound' else ''}{p['value']:.3f}"
+        text += f" [{d['low']:+.3f}, {d['high']:+.3f}], t p {p['value']:.3f}"
     return f"{text} ({d['n_seeds']} seeds)"
 
 
@@ -190,8 +191,8 @@ def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], 
              "Departure: max_i |a_i - 1/K| (mean over rounds, last round). Sign persistence: the share of (site, "
              "round) pairs whose centred gap keeps its sign in the next round (0.5: coin flips; GA then moves the "
              f"weights on noise). Dice - {control}: held-out Dice minus the {control} run of the same seed (per "
-             "site: the mean over seeds, the 95% two-level bootstrap interval and the sign-flip p-value, seeds as "
-             "the unit).", "",
+             "site: the mean over seeds, the 95% crossed bootstrap interval and the paired t-test's p-value over "
+             "the seeds, the seed as the unit).", "",
              "## Per held-out site (means over seeds)", "",
              f"| held-out | seeds | mean departure | sign persistence | gap lag-1 corr. | Dice - {control} | "
              "largest final weight (seeds) |", "|---|---|---|---|---|---|---|"]

@@ -625,8 +625,9 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     # stay in its runs/<id>/run.json, the sweep's one record of the run; results.json names that file and keeps only
     # what says which run it was and how it ended (second copies made it 3 MB for 28 runs, then 2 MB for 144).
     runs = [{**{k: r[k] for k in RUN_SUMMARY if k in r}, "record": f"runs/{r['run_id']}/{RUN_FILE}"} for r in records]
-    # "machine": the one that wrote this file; "runs_by_cpu": the CPU models that made the runs
-    write_json(out / "results.json", {"protocol": protocol, "machine": machine_info(),
+    # "tables_written_on": the machine that wrote this file, not the runs; "runs_by_cpu": the CPU models that made
+    # the runs (each run's own in its run.json)
+    write_json(out / "results.json", {"protocol": protocol, "tables_written_on": machine_info(),
                                       "runs_by_cpu": runs_by_cpu(records), "versions": software_versions(),
                                       "machine_time": spent, "paper_size": paper_size,
                                       "pooled_seed_sd": pooled_seed_sd(spread),
