@@ -232,3 +232,18 @@ def test_simulate_names_a_job_that_does_not_exist(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "jobs/nonexistent: not a job folder" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "ws").exists()
+
+
+def test_a_dry_run_refuses_what_the_real_run_would(tmp_path, capsys):
+    """--dry-run reports what a real run would refuse: an --out that is a file, one that is not ours."""
+    from feddg.cli import main
+
+    file = tmp_path / "results"
+    file.write_text("not a folder")
+    assert main(["benchmark", "--task", "fundus", "--out", str(file), "--dry-run"]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err and file.read_text() == "not a folder"
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    assert main(["benchmark", "--task", "fundus", "--out", str(theirs), "--dry-run"]) == 2
+    assert "was not made by feddg" in capsys.readouterr().err and sorted(theirs.iterdir()) == [theirs / "notes.txt"]
