@@ -49,7 +49,7 @@ def test_a_tiny_ga_recipe_runs_in_simenv_with_the_projects_policy(tmp_path):
     SimEnv._ensure_default_component_policy(str(root / "prostate_ga"))  # NVFlare's generic list, in .default
     env = {**os.environ, SIMULATOR_WORKSPACE_ROOT_ENV_VAR: str(root)}
     refused = job_py("prostate_ga", "--env", "sim", "-w", str(tmp_path / "given"), *tiny(), env=env)
-    assert refused.returncode == 2 and f"-w {root} (its run folder ROOT/prostate_ga)" in refused.stdout
+    assert refused.returncode == 2 and f"{SIMULATOR_WORKSPACE_ROOT_ENV_VAR} {root} (its run folder ROOT/prostate_ga)" in refused.stdout
     assert "was not made by feddg" in refused.stdout and (root / "prostate_ga" / "local").is_dir()
     (root / "prostate_ga" / MARKER).touch()  # as the refusal says: "feddg made it", so it may be cleared
     result = job_py("prostate_ga", "--env", "sim", "-w", str(tmp_path / "given"), *tiny(), env=env)

@@ -88,9 +88,11 @@ def check_folders(args: argparse.Namespace) -> None:
     if export:
         guard_folder(export_dir, "--export-dir", whole=False)
     elif args.env == "sim":
-        given = os.environ.get(SIMULATOR_WORKSPACE_ROOT_ENV_VAR) or args.workspace_root or WORKSPACE_ROOT  # as SimEnv
-        guard_folder(given, "-w", whole=False)  # where the run's folder goes
-        guard_folder(Path(given).expanduser() / args.job, f"-w {given} (its run folder ROOT/{args.job})")
+        from_env = os.environ.get(SIMULATOR_WORKSPACE_ROOT_ENV_VAR)  # wins over -w, as in SimEnv
+        given = from_env or args.workspace_root or WORKSPACE_ROOT
+        option = SIMULATOR_WORKSPACE_ROOT_ENV_VAR if from_env else "-w"
+        guard_folder(given, option, whole=False)  # where the run's folder goes
+        guard_folder(Path(given).expanduser() / args.job, f"{option} {given} (its run folder ROOT/{args.job})")
     elif args.env == "poc":
         from feddg.recipes.poc import DEFAULT_WORKSPACE
 
