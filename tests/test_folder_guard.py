@@ -247,3 +247,21 @@ def test_a_dry_run_refuses_what_the_real_run_would(tmp_path, capsys):
     (theirs / "notes.txt").write_text("mine")
     assert main(["benchmark", "--task", "fundus", "--out", str(theirs), "--dry-run"]) == 2
     assert "was not made by feddg" in capsys.readouterr().err and sorted(theirs.iterdir()) == [theirs / "notes.txt"]
+
+
+def test_a_simulator_workspace_may_hold_what_nvflare_keeps(tmp_path, monkeypatch):
+    """NVFlare's simulator keeps a workspace's local/ and startup/ when it clears it: a user's own
+    local/feddg_site.json there (documented in docs/jobs.md) does not make the workspace someone else's, while
+    anything the clearing would delete does."""
+    from feddg.folders import SIMULATOR_KEEPS
+
+    monkeypatch.chdir(tmp_path)
+    ws = tmp_path / "ws"
+    (ws / "local").mkdir(parents=True)
+    (ws / "local" / "feddg_site.json").write_text('{"num_threads": 1}')
+    assert guard_folder(str(ws), "-w", keeps=SIMULATOR_KEEPS) == ws
+    with pytest.raises(FolderRefused, match="was not made by feddg"):
+        guard_folder(str(ws), "--out")  # a command that clears everything
+    (ws / "notes.txt").write_text("mine")
+    with pytest.raises(FolderRefused, match="was not made by feddg"):
+        guard_folder(str(ws), "-w", keeps=SIMULATOR_KEEPS)

@@ -11,8 +11,9 @@ the reason, before anything is touched:
 * the repository's committed ``jobs/`` or a folder in it (only ``feddg make-jobs`` writing the template may);
 * a folder that holds one of the command's inputs, or lies inside one (the job being run, the run being resumed);
 * with ``whole`` (the command clears the folder or writes anywhere in it): a path that is a file, and a non-empty
-  folder that this project did not make (no :data:`MARKER` in it). A folder that carries our marker may be
-  cleared or filled again.
+  folder that this project did not make (no :data:`MARKER` in it), counting only what the clearing would remove
+  (NVFlare's simulator keeps a workspace's ``local/`` and ``startup/``: :data:`SIMULATOR_KEEPS`). A folder that
+  carries our marker may be cleared or filled again.
 
 ``whole=False`` is for commands that only add named entries to the folder and protect each entry themselves
 (NVFlare's export replaces only a folder of the same job; ``feddg segment`` refuses to overwrite a mask without
@@ -35,6 +36,9 @@ MARKER = ".feddg-folder"
 # Where a marker may lie in a folder of ours: its top, or the local/ folder that NVFlare keeps when it clears a
 # simulator workspace (simulator_runner._cleanup_workspace keeps local/ and startup/).
 MARKER_PLACES = (MARKER, f"local/{MARKER}")
+# What NVFlare's simulator keeps when it clears its workspace (simulator_runner._cleanup_workspace): a workspace
+# holding only these is not someone else's folder, whoever made it.
+SIMULATOR_KEEPS = ("local", "startup")
 # The repository's committed job folders (a source checkout: custom/feddg/folders.py -> the repository root).
 COMMITTED_JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
@@ -54,7 +58,7 @@ def _is_within(path: Path, folder: Path) -> bool:
 
 
 def guard_folder(value: str | os.PathLike | None, option: str, *, inputs: Iterable[str | os.PathLike] = (),
-                 whole: bool = True, template_jobs: bool = False) -> Path:
+                 whole: bool = True, template_jobs: bool = False, keeps: Iterable[str] = ()) -> Path:
     """``value`` as the absolute folder a command may create, clear or write into; :class:`FolderRefused` naming
     ``option`` and the reason otherwise (the rules: the module docstring). Nothing is created or changed here.
 
@@ -65,6 +69,8 @@ def guard_folder(value: str | os.PathLike | None, option: str, *, inputs: Iterab
             one.
         whole: the command clears the folder or writes anywhere in it (see the module docstring).
         template_jobs: ``feddg make-jobs`` writing the template itself into the committed ``jobs/``.
+        keeps: entries of the folder that its clearing leaves alone (:data:`SIMULATOR_KEEPS`): they do not make it
+            a folder of someone else's (a user's own ``local/feddg_site.json`` in a simulator workspace).
     """
     text = "" if value is None else os.fspath(value)
     if not text.strip():
@@ -97,7 +103,8 @@ def guard_folder(value: str | os.PathLike | None, option: str, *, inputs: Iterab
             raise refuse(f"is inside this command's input {source}")
     if path.exists() and not path.is_dir():
         raise refuse("is a file, not a folder")
-    if whole and path.is_dir() and not is_ours(path) and any(path.iterdir()):
+    kept = set(keeps)
+    if whole and path.is_dir() and not is_ours(path) and any(p.name not in kept for p in path.iterdir()):
         raise refuse(f"is not empty and was not made by feddg (no {MARKER} in it): give a new or empty folder; if "
                      f"feddg made it, `touch {path / MARKER}` lets feddg clear it")
     return path

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from feddg.compute import SITE_PROCESSES_ENV, concurrent_runs_from_env
-from feddg.folders import claim, guard_folder
+from feddg.folders import SIMULATOR_KEEPS, claim, guard_folder
 from feddg.numerics import cpu_pin_mode, pinned_environment
 
 
@@ -30,7 +30,7 @@ def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
     if not (Path(job) / "meta.json").is_file():
         raise ValueError(f"{job}: not a job folder (no meta.json); the jobs are under jobs/, e.g. jobs/prostate_ga")
     # The simulator clears its workspace when it starts: nothing but a folder of ours goes to it.
-    workspace_path = guard_folder(workspace, "-w", inputs=[job])
+    workspace_path = guard_folder(workspace, "-w", inputs=[job], keeps=SIMULATOR_KEEPS)
     if overrides:
         from feddg.config import parse_overrides
         from feddg.jobs import override_job

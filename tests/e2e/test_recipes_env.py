@@ -16,7 +16,6 @@ import pytest
 from nvflare.recipe.sim_env import SIMULATOR_WORKSPACE_ROOT_ENV_VAR, SimEnv
 
 from feddg.flare.site_policy import class_allow_list
-from feddg.folders import MARKER
 from feddg.poc import FED_LEARN_PORT
 from tests.processes import processes_naming, run_bounded
 
@@ -43,15 +42,10 @@ def job_py(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 def test_a_tiny_ga_recipe_runs_in_simenv_with_the_projects_policy(tmp_path):
     """The run lands where NVFLARE_SIMULATOR_WORKSPACE_ROOT says (over -w), over NVFlare's generic allow-list
-    left there by a plain SimEnv run, and GA acts on the gaps its site hook sends. A run folder that feddg did not
-    make is refused first (feddg.folders), naming the option, until the user says it may be cleared."""
+    left there by a plain SimEnv run, and GA acts on the gaps its site hook sends."""
     root = tmp_path / "from_env"
     SimEnv._ensure_default_component_policy(str(root / "prostate_ga"))  # NVFlare's generic list, in .default
     env = {**os.environ, SIMULATOR_WORKSPACE_ROOT_ENV_VAR: str(root)}
-    refused = job_py("prostate_ga", "--env", "sim", "-w", str(tmp_path / "given"), *tiny(), env=env)
-    assert refused.returncode == 2 and f"{SIMULATOR_WORKSPACE_ROOT_ENV_VAR} {root} (its run folder ROOT/prostate_ga)" in refused.stdout
-    assert "was not made by feddg" in refused.stdout and (root / "prostate_ga" / "local").is_dir()
-    (root / "prostate_ga" / MARKER).touch()  # as the refusal says: "feddg made it", so it may be cleared
     result = job_py("prostate_ga", "--env", "sim", "-w", str(tmp_path / "given"), *tiny(), env=env)
     assert result.returncode == 0, result.stdout[-5000:]
     report_path = root / "prostate_ga" / "server" / "simulate_job" / "feddg_report.json"

@@ -27,7 +27,7 @@ from pathlib import Path
 from nvflare.recipe.sim_env import SIMULATOR_WORKSPACE_ROOT_ENV_VAR, WORKSPACE_ROOT
 from nvflare.recipe.spec import ExecEnv
 
-from feddg.folders import guard_folder
+from feddg.folders import SIMULATOR_KEEPS, guard_folder
 from feddg.numbers import seconds
 from feddg.recipes.recipe import FedDGRecipe, job_names, split_job
 
@@ -92,7 +92,8 @@ def check_folders(args: argparse.Namespace) -> None:
         given = from_env or args.workspace_root or WORKSPACE_ROOT
         option = SIMULATOR_WORKSPACE_ROOT_ENV_VAR if from_env else "-w"
         guard_folder(given, option, whole=False)  # where the run's folder goes
-        guard_folder(Path(given).expanduser() / args.job, f"{option} {given} (its run folder ROOT/{args.job})")
+        guard_folder(Path(given).expanduser() / args.job, f"{option} {given} (its run folder ROOT/{args.job})",
+                     keeps=SIMULATOR_KEEPS)
     elif args.env == "poc":
         from feddg.recipes.poc import DEFAULT_WORKSPACE
 
