@@ -23,6 +23,7 @@ block its loops by the cache sizes); no Intel machine was available when this wa
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,8 +66,6 @@ def numerics(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What a run records of its numerics: the pin, whether the CPU has AVX-512 (where an unpinned run takes other
     kernels than an AVX2 machine), the variables of every pin as this process sees them, and the kernels PyTorch
     picked (when torch is loaded)."""
-    import sys
-
     environ = os.environ if environ is None else environ
     variables = sorted({k for pinned in PINNED.values() for k in pinned})
     out: dict[str, Any] = {"cpu_pin": cpu_pin_mode(environ), "avx512": "avx512f" in cpu_flags(),

@@ -611,8 +611,9 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
               f"held-out site's test cases, "
               f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
               _how_to_read(protocol), ""] + ([cost_line(paper_size), ""] if paper_size else [])
-    if mixed_code_cells(records):
-        header += [mixed_code_cells(records), ""]
+    mixed = mixed_code_cells(records)
+    if mixed:
+        header += [mixed, ""]
     (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out, spent, spread))
     figures = plots(records, out / "plots", methods, held_out)
     serial = {c["baseline"]: {m: {"sites": {s: d.to_dict() for s, d in e["sites"].items()},
