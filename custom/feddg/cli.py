@@ -236,8 +236,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
              if getattr(args, _saved_dest(m.name)) is not None}
     overlays = None
     if args.overlays is not None:  # PNGs replaced by name: a folder of its own
-        overlays = claim(guard_folder(args.overlays, "--overlays", inputs=[
-            args.data_root, *([args.model] if args.model else []), *saved.values()]), "feddg evaluate --overlays")
+        # checked now, made (and marked ours) only when the first overlay is written: a refusal writes nothing
+        overlays = guard_folder(args.overlays, "--overlays", inputs=[
+            args.data_root, *([args.model] if args.model else []), *saved.values()])
     return evaluate_folder(
         model_path=Path(args.model) if args.model else None, data_root=Path(args.data_root), sites=args.sites,
         layout=args.layout, overlays_dir=overlays,

@@ -21,6 +21,7 @@ from feddg.data.dataset import SliceSet, load_site, preprocess
 from feddg.data.layouts import Decoded, layout_spec, read_nifti, saml_mask_case
 from feddg.evaluation import evaluate_sliceset, predict_logits
 from feddg.flare.updates import UpdateRejected, check_update
+from feddg.folders import claim
 from feddg.jsonfile import write_json
 from feddg.metrics import largest_connected_component
 from feddg.nets.unet import build_model, select_device
@@ -218,7 +219,7 @@ def write_overlays(s: SliceSet, pred: np.ndarray, out_dir: Path) -> list[Path]:
     from PIL import Image
     from skimage.segmentation import find_boundaries
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    claim(out_dir, "feddg evaluate --overlays")  # made here, marked as ours (feddg.folders)
     written = []
     for i in range(len(s)):
         img = s.images[i]
