@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from feddg.benchmark.launch import SERVER_RUN
 from feddg.benchmark.protocol import first_difference
 from feddg.benchmark.sweep import case_scores_of
 from feddg.numerics import cpu_flags, pinned_environment
@@ -61,7 +62,7 @@ def run_job(job: str, overrides: list[str], workdir: Path, pin: str = PIN) -> di
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"{job}: the run took over {TIMEOUT_S} s") from None
-    report = workspace / "server" / "simulate_job" / REPORT_FILE
+    report = workspace / SERVER_RUN / REPORT_FILE
     if done.returncode != 0 or not report.exists():
         raise RuntimeError(f"{job}: exit {done.returncode}, no report; log tail:\n{(done.stdout + done.stderr)[-2000:]}")
     return case_scores_of(json.loads(report.read_text()))

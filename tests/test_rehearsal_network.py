@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from feddg.folders import claim
+
 from feddg.rehearsal.network import NetworkError, RehearsalNetwork, check_subnet
 from tests.conftest import needs_netns
 
@@ -160,6 +162,7 @@ def test_a_workspace_of_a_running_rehearsal_is_refused_naming_its_process(tmp_pa
 
     monkeypatch.setattr(network, "missing_privileges", lambda: [])  # the refusal comes before any privileged step
     ws = tmp_path / "ws"
+    claim(ws, "feddg rehearse-network --workspace")  # as the running rehearsal made it (feddg.folders)
     net = _plan(ws)
     net.owner, net.owner_started = 1, psutil.Process(1).create_time()  # a process that runs: "the rehearsal"
     (ws / "kits").mkdir(parents=True)
