@@ -1,12 +1,18 @@
 """Where a federated round's time goes, next to the same local training done outside NVFlare, in one run.
 
     python benchmarks/round_time.py [--job prostate_ga] [--rounds 4] [--out /tmp/feddg/round_time]
-                                    [--compare-interval 2.0] [--paper --cases-per-site 30] [-- SIMULATOR ARGS]
+                                    [--compare-interval 2.0] [--paper --cases-per-site 30] [--set KEY=VALUE]
+                                    [-- SIMULATOR ARGS]
+    python benchmarks/round_time.py --protocol fundus|prostate [--rounds N] [--skip-local] [--out DIR]
 
 1. Writes the job from the template (``feddg.jobs``) with ``train.rounds`` and, with ``--paper``, the papers'
    setting (384 px, the paper's network, batch 5, one epoch) and ``--cases-per-site`` synthetic volumes per site,
    then runs it with ``feddg simulate`` (every site in its own process, all at once, each with its share of the
-   cores; extra simulator arguments after ``--``, e.g. ``-- -gpu 0``).
+   cores; extra simulator arguments after ``--``, e.g. ``-- -gpu 0``). With ``--protocol TASK`` the job is the
+   sweep's own timing cell instead (``feddg.benchmark.sweep.timing_cell``: FedAvg, seed 0, the sweep's rounds of
+   one local epoch at the task's image size, its CPU pin), the run a benchmark sweep repeats hundreds of times;
+   the whole run is then also broken into its parts: start-up until round 0's task, the rounds, the end-of-run
+   evaluation, the report and the exit.
 2. Reads the timings the server and each site wrote (:mod:`feddg.flare.timings`) and breaks every round down:
    the slowest site's validation and training (and the part of the training spent producing batches), the task's
    delivery to the sites, the sites' other work in the task (loading the received weights, optimizer state,
@@ -39,9 +45,10 @@ from statistics import mean
 from typing import Any
 
 from feddg.benchmark.launch import SimulatorRun, run_simulator
+from feddg.benchmark.sweep import SWEEP_CPU_PIN, TIMING_HELD_OUT
 from feddg.compute import SITE_PROCESSES_ENV
 from feddg.flare.constants import SIMULATOR_JOB
-from feddg.flare.timings import TIMINGS_FILE, read_timings
+from feddg.flare.timings import TIMINGS_FILE, read_timings, server_phases, server_rounds
 from feddg.folders import claim, guard_folder
 from feddg.numbers import positive, seconds
 from feddg.report import machine_info, software_versions
@@ -50,11 +57,12 @@ from feddg.report import machine_info, software_versions
 # ------------------------------------------------------------------------------------------------ the job
 
 
-def write_benchmark_job(out: Path, job: str, rounds: int, paper: bool, cases_per_site: int | None) -> Path:
+def write_benchmark_job(out: Path, job: str, rounds: int, paper: bool, cases_per_site: int | None,
+                        extra: dict[str, Any] | None = None) -> Path:
     from feddg.flare.registry import merge
     from feddg.jobs import PAPER_SIZE, write_job
 
-    overrides: dict[str, Any] = {"train": {"rounds": rounds}}
+    overrides: dict[str, Any] = merge(extra or {}, {"train": {"rounds": rounds}})
     if paper:
         overrides = merge(PAPER_SIZE, overrides)
     if cases_per_site is not None:
@@ -69,29 +77,72 @@ def set_task_request_interval(job_dir: Path, seconds: float) -> None:
     path.write_text(json.dumps(config, indent=2) + "\n")
 
 
-def run_federated(job_dir: Path, workspace: Path, simulator_args: list[str], timeout: float) -> dict[str, Any]:
+def write_protocol_job(out: Path, task: str, rounds: int | None, extra: dict[str, Any] | None = None) -> Path:
+    """The job of the sweep's timing cell for ``task`` (:func:`feddg.benchmark.sweep.timing_cell`: FedAvg, seed 0,
+    its held-out site, the sweep's protocol), with ``rounds`` rounds instead of the protocol's when given and the
+    ``extra`` settings on top (``--set``: a tiny setting for tests)."""
+    from feddg.benchmark.protocol import run_overrides
+    from feddg.benchmark.sweep import timing_cell
+    from feddg.flare.registry import merge
+    from feddg.jobs import write_job
+
+    protocol, run = timing_cell(task)
+    overrides = merge(run_overrides(protocol, run), extra or {})
+    if rounds is not None:
+        overrides = merge(overrides, {"train": {"rounds": rounds}})
+    return write_job(out, f"{run.task}_{run.method}", overrides)
+
+
+def run_federated(job_dir: Path, workspace: Path, simulator_args: list[str], timeout: float,
+                  env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One simulator run of ``job_dir`` and its breakdown; RuntimeError naming the log when it fails or times out
+    (what it measured is still read: ``partial`` in the error's ``args[1]``)."""
     if workspace.exists():
         shutil.rmtree(workspace)
     workspace.parent.mkdir(parents=True, exist_ok=True)
     log = workspace.parent / f"{workspace.name}.log"
+    launched = time.time()
     # the shared launcher: its own session, and on a timeout every process it started is stopped, site workers too
-    ended = run_simulator(SimulatorRun(job_dir, workspace, log, simulator_args), timeout)
+    ended = run_simulator(SimulatorRun(job_dir, workspace, log, simulator_args, env=env), timeout)
+    exited = time.time()
     if ended.status != "ok" or ended.returncode != 0:
-        raise RuntimeError(f"the simulator run {ended.reason or f'failed (exit {ended.returncode})'}; see {log}")
-    return {"wall_s": ended.wall_s, "log": str(log), **breakdown(workspace)}
+        try:
+            partial = breakdown(workspace, launched, exited)
+        except RuntimeError:
+            partial = {}
+        raise RuntimeError(f"the simulator run {ended.reason or f'failed (exit {ended.returncode})'}"
+                           f"{_silent_sites(workspace)}; see {log}", partial)
+    return {"wall_s": ended.wall_s, "log": str(log), **breakdown(workspace, launched, exited)}
+
+
+def _silent_sites(workspace: Path) -> str:
+    """``": no result from SITE, ..."`` for the training sites whose timings stop before the server's last round."""
+    server = server_rounds(read_timings(workspace / "server" / SIMULATOR_JOB / TIMINGS_FILE))
+    if not server:
+        return ""
+    last = server[-1]
+    silent = sorted(set(_site_timings(workspace)) - set(last.get("results", {})))
+    return f": no result in round {last['round']} from {', '.join(silent)}" if silent else ""
+
+
+def _site_timings(workspace: Path) -> dict[str, dict[int, dict]]:
+    sites: dict[str, dict[int, dict]] = {}
+    for path in sorted(workspace.glob(f"*/{SIMULATOR_JOB}/feddg_site_state/{TIMINGS_FILE}")):
+        sites[path.parts[-4]] = {r["round"]: r for r in read_timings(path) if r.get("task") == "train"}
+    return sites
 
 
 # ------------------------------------------------------------------------------------------------ the breakdown
 
 
-def breakdown(workspace: Path) -> dict[str, Any]:
-    """Per-round figures from the timings files of a simulator workspace."""
-    server = read_timings(workspace / "server" / SIMULATOR_JOB / TIMINGS_FILE)
+def breakdown(workspace: Path, launched: float | None = None, exited: float | None = None) -> dict[str, Any]:
+    """Per-round figures from the timings files of a simulator workspace, and the run's parts outside the rounds
+    (:func:`run_phases`) when the launch and exit times are given."""
+    records = read_timings(workspace / "server" / SIMULATOR_JOB / TIMINGS_FILE)
+    server = server_rounds(records)
     if not server:
         raise RuntimeError(f"no server timings under {workspace}: did the job run its rounds?")
-    sites: dict[str, dict[int, dict]] = {}
-    for path in sorted(workspace.glob(f"*/{SIMULATOR_JOB}/feddg_site_state/{TIMINGS_FILE}")):
-        sites[path.parts[-4]] = {r["round"]: r for r in read_timings(path) if r.get("task") == "train"}
+    sites = _site_timings(workspace)
     rounds = []
     for s in server:
         r = s["round"]
@@ -119,7 +170,41 @@ def breakdown(workspace: Path) -> dict[str, Any]:
             "orchestration_s": round_s - busy[slowest],
         })
     peak_sites = {site: max(x["peak_rss_mib"] for x in recs.values()) for site, recs in sites.items() if recs}
-    return {"rounds": rounds, "peak_rss_mib": {"server": max(s["peak_rss_mib"] for s in server), **peak_sites}}
+    out = {"rounds": rounds, "peak_rss_mib": {"server": max(s["peak_rss_mib"] for s in server), **peak_sites}}
+    if launched is not None and exited is not None:
+        out["phases"] = run_phases(server, server_phases(records), launched, exited)
+    return out
+
+
+PHASES = [("start_up_s", "start-up (launch to round 0's task)"), ("site_info_s", "of which the sites' version check"),
+          ("rounds_s", "rounds"), ("evaluation_s", "end-of-run evaluation (final and best model, every site)"),
+          ("report_s", "report"), ("exit_s", "exit (report to the last process gone)"), ("wall_s", "whole run")]
+
+
+def run_phases(server: list[dict], phases: dict[str, dict], launched: float, exited: float) -> dict[str, float]:
+    """A whole run in parts (seconds, :data:`PHASES`): from the launch of ``feddg simulate`` to round 0's task,
+    the rounds, the evaluations after them, the report, and the exit; a part the timings do not hold is absent."""
+    def span(name: str) -> float | None:
+        record = phases.get(name)
+        return record["ended"] - record["started"] if record else None
+
+    out = {"start_up_s": server[0]["started"] - launched, "rounds_s": server[-1]["ended"] - server[0]["started"],
+           "wall_s": exited - launched}
+    evaluations = [x for x in (span("evaluate_final"), span("evaluate_best")) if x is not None]
+    for key, value in (("site_info_s", span("site_info")), ("report_s", span("report")),
+                       ("evaluation_s", sum(evaluations) if evaluations else None)):
+        if value is not None:
+            out[key] = value
+    if "report" in phases:
+        out["exit_s"] = exited - phases["report"]["ended"]
+    return out
+
+
+def phases_table(phases: dict[str, float]) -> str:
+    lines = ["| part of the run | seconds | share |", "|---|---|---|"]
+    lines += [f"| {label} | {phases[key]:.1f} | {100 * phases[key] / phases['wall_s']:.0f} % |"
+              for key, label in PHASES if key in phases]
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------ local training
@@ -222,56 +307,98 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--job", default="prostate_ga", help="a job of the template (default: the headline job)")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--protocol", choices=sorted(TIMING_HELD_OUT),
+                        help="time the sweep's protocol run of this task instead of --job (FedAvg, seed 0, held out "
+                             "at its timing site, the sweep's rounds of one local epoch, CPU pinned as the sweep)")
+    parser.add_argument("--rounds", type=int, help="rounds (default: 4, or the protocol's with --protocol)")
     parser.add_argument("--paper", action="store_true", help="the papers' setting (384 px, batch 5, one epoch)")
     parser.add_argument("--cases-per-site", type=int, help="synthetic volumes per site (the papers: about 30)")
     parser.add_argument("--compare-interval", type=positive, help="also run with this task_request_interval")
     parser.add_argument("--skip-local", action="store_true", help="do not run the local-training baseline")
     parser.add_argument("--timeout", type=seconds, default=3600, help="seconds per run")
     parser.add_argument("--out", default="/tmp/feddg/round_time")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an experiment setting on top of the job's or the protocol's (repeatable)")
     args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give 1 or more")
+    if args.protocol and (args.paper or args.cases_per_site is not None):
+        parser.error("--protocol runs the sweep's protocol as it is: leave out --paper and --cases-per-site")
+
+    from feddg.config import ConfigError, parse_overrides
 
     try:
+        extra = parse_overrides(args.set)
         out = claim(guard_folder(args.out, "--out"), "benchmarks/round_time.py")  # its workspace is cleared each run
-    except ValueError as e:
+    except (ConfigError, ValueError) as e:
         parser.error(str(e))
-    job_dir = write_benchmark_job(out / "jobs", args.job, args.rounds, args.paper, args.cases_per_site)
+    env: dict[str, str] = {}
+    try:
+        if args.protocol:
+            from feddg.numerics import pinned_environment
+
+            job_dir = write_protocol_job(out / "jobs", args.protocol, args.rounds, extra)
+            env = pinned_environment(SWEEP_CPU_PIN)
+            name = f"the {args.protocol} protocol ({job_dir.name})"
+        else:
+            job_dir = write_benchmark_job(out / "jobs", args.job, args.rounds or 4, args.paper, args.cases_per_site,
+                                          extra)
+            name = args.job
+    except ConfigError as e:
+        parser.error(str(e))
+    from feddg.config import load_config
     from feddg.simulate import simulator_threads
     from feddg.flare.constants import TASK_REQUEST_INTERVAL
 
+    rounds = load_config(job_dir / "app" / "config" / "feddg.yaml").train.rounds
     _, site_processes = simulator_threads(job_dir, simulator_args)
     print(f"federated: {job_dir} in the simulator ({site_processes} site processes at once) ...", flush=True)
-    federated = run_federated(job_dir, out / "workspace", simulator_args, args.timeout)
+    results: dict[str, Any] = {
+        "command": command, "machine": machine_info(), "versions": software_versions(), "job": job_dir.name,
+        "protocol": args.protocol, "rounds": rounds, "paper": args.paper, "cases_per_site": args.cases_per_site,
+        "site_processes": site_processes, "task_request_interval": TASK_REQUEST_INTERVAL, "env": env}
+    try:
+        federated = run_federated(job_dir, out / "workspace", simulator_args, args.timeout, env)
+    except RuntimeError as e:  # what it measured before the failure is kept, and the failure named
+        partial = e.args[1] if len(e.args) > 1 else {}
+        (out / "round_time.json").write_text(json.dumps({**results, "failed": e.args[0], "federated": partial},
+                                                        indent=2, default=str) + "\n")
+        print(f"round_time: {e.args[0]} (what it measured: {out / 'round_time.json'})", file=sys.stderr)
+        return 1
     local = None
     if not args.skip_local:
         print("local: the same training outside NVFlare ...", flush=True)
-        local_run = run_local(job_dir, args.rounds, site_processes, args.timeout)
+        local_run = run_local(job_dir, rounds, site_processes, args.timeout)
         local = {r["round"]: r["round_s"] for r in local_run["rounds"]}
     compared = None
     if args.compare_interval is not None:
-        other = out / "jobs_interval" / args.job
+        other = out / "jobs_interval" / job_dir.name
         shutil.copytree(job_dir, other, dirs_exist_ok=True)
         set_task_request_interval(other, args.compare_interval)
         print(f"federated again with task_request_interval {args.compare_interval} s ...", flush=True)
-        compared = run_federated(other, out / "workspace_interval", simulator_args, args.timeout)
+        compared = run_federated(other, out / "workspace_interval", simulator_args, args.timeout, env)
 
-    results = {"command": command, "machine": machine_info(), "versions": software_versions(), "job": args.job, "rounds": args.rounds,
-               "paper": args.paper, "cases_per_site": args.cases_per_site, "site_processes": site_processes,
-               "task_request_interval": TASK_REQUEST_INTERVAL, "federated": federated,
-               "federated_summary": summary(federated, local), "local": local}
+    results.update(federated=federated, federated_summary=summary(federated, local), local=local)
     # The raw measurements first: a formatting error must not lose minutes of measuring.
     (out / "round_time.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     m = results["machine"]
-    lines = [f"# Round time: {args.job}, {args.rounds} rounds{' (paper size)' if args.paper else ''}", "",
+    shown = federated["rounds"] if len(federated["rounds"]) <= 12 else federated["rounds"][:4] + federated["rounds"][-2:]
+    lines = [f"# Round time: {name}, {rounds} rounds{' (paper size)' if args.paper else ''}", "",
              f"`{command}` on {m['cpu']} ({m['cores']} cores{', ' + m['gpu'] if 'gpu' in m else ''}), "
-             f"torch {results['versions']['torch']}; {site_processes} site processes at once. Seconds; the site "
+             f"torch {results['versions']['torch']}; {site_processes} site processes at once"
+             + (f"; {' '.join(f'{k}={v}' for k, v in env.items())}" if env else "") + ". Seconds; the site "
              f"columns are the slowest site's (largest validation + training).", "",
              f"Whole simulator run: {federated['wall_s']:.1f} s. NVFlare task_request_interval "
-             f"{TASK_REQUEST_INTERVAL} s.", "", round_table(federated["rounds"], local), ""]
+             f"{TASK_REQUEST_INTERVAL} s.", ""]
+    if "phases" in federated:
+        lines += [phases_table(federated["phases"]), ""]
+    lines += [("Rounds 0-3 and the last two:" if shown is not federated["rounds"] else "Every round:"), "",
+              round_table(shown, local), ""]
     s = results["federated_summary"]
     lines += [f"Mean over rounds 1+: round {s['round_s']:.2f} s; validation {100 * s['shares']['validation_s']:.0f} %,"
               f" training {100 * s['shares']['training_s']:.0f} %, orchestration {s['orchestration_s']:.2f} s "
-              f"({100 * s['shares']['orchestration_s']:.0f} %)"
+              f"({100 * s['shares']['orchestration_s']:.0f} %); not training (the round minus the slowest site's "
+              f"training) {s['round_s'] - s['training_s']:.2f} s"
               + (f"; local round {s['local_round_s']:.2f} s, federated / local {s['federated_over_local']:.2f}"
                  if local else "") + ".", "",
              "Peak resident memory (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in federated["peak_rss_mib"].items())

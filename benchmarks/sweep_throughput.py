@@ -25,13 +25,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from feddg.benchmark.sweep import TIMING_HELD_OUT
 from feddg.compute import available_cores
 from feddg.folders import guard_folder
 from feddg.numbers import seconds
 from feddg.report import machine_info, software_versions
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "sweep_throughput"
-HELD_OUT = {"fundus": "Domain1", "prostate": "BIDMC"}
 
 
 def measure(task: str, runs: int, rounds: int, parallel: int, overrides: list[str], folder: Path,
@@ -39,7 +39,7 @@ def measure(task: str, runs: int, rounds: int, parallel: int, overrides: list[st
     """One sweep of ``runs`` FedAvg runs (seeds 0..runs-1) at ``parallel`` runs at once into ``folder``: its wall
     time, each run's, and the machine's load average around it."""
     command = [sys.executable, "-m", "feddg.cli", "benchmark", "--task", task, "--methods", "fedavg",
-               "--held-out", HELD_OUT[task], "--seeds", f"0-{runs - 1}", "--set", f"train.rounds={rounds}",
+               "--held-out", TIMING_HELD_OUT[task], "--seeds", f"0-{runs - 1}", "--set", f"train.rounds={rounds}",
                *[x for o in overrides for x in ("--set", o)], "--resamples", "100", "--run-timeout", str(timeout),
                "--executor", "local", "--parallel", str(parallel), "--out", str(folder)]
     load_before = os.getloadavg()
@@ -83,7 +83,7 @@ def markdown(results: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--task", default="fundus", choices=sorted(HELD_OUT))
+    parser.add_argument("--task", default="fundus", choices=sorted(TIMING_HELD_OUT))
     parser.add_argument("--runs", type=int, default=4, help="runs per sweep (seeds 0..runs-1; default 4)")
     parser.add_argument("--rounds", type=int, default=20, help="train.rounds of every run (default 20)")
     parser.add_argument("--parallel", default="1,2", help="the runs at once to compare, in order (default 1,2)")

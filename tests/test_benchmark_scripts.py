@@ -52,6 +52,35 @@ def test_round_time_writes_its_measurements(tmp_path):
     assert "torch " + results["versions"]["torch"] in (tmp_path / "rt" / "round_time.md").read_text()
 
 
+TINY = ["--set", "data.image_size=32", "--set", "data.synthetic.cases_per_site=4", "--set", "data.synthetic.size=32",
+        "--set", "data.synthetic.held_out_cases=6", "--set", "model.features=[8,8,16,32,64,8]",
+        "--set", "eval.batch_size=8"]
+
+
+def test_round_time_breaks_a_protocol_run_into_its_parts(tmp_path):
+    """--protocol runs the sweep's timing cell (here 2 rounds of a tiny setting) with the sweep's CPU pin and breaks
+    the whole run down: every part present, the parts within the run's wall time."""
+    _run("round_time.py", "--protocol", "fundus", "--rounds", "2", "--skip-local", *TINY, "--out", str(tmp_path / "rt"),
+         cache=tmp_path / "cache")
+    results = json.loads((tmp_path / "rt" / "round_time.json").read_text())
+    assert results["protocol"] == "fundus" and results["rounds"] == 2 and results["job"] == "fundus_fedavg"
+    assert results["env"]["FEDDG_CPU_PIN"] == "avx2"
+    phases = results["federated"]["phases"]
+    assert set(phases) == {"start_up_s", "site_info_s", "rounds_s", "evaluation_s", "report_s", "exit_s", "wall_s"}
+    parts = phases["start_up_s"] + phases["rounds_s"] + phases["evaluation_s"] + phases["report_s"] + phases["exit_s"]
+    assert 0 < parts <= phases["wall_s"] + 1e-6 and phases["site_info_s"] < phases["start_up_s"]
+    markdown = (tmp_path / "rt" / "round_time.md").read_text()
+    assert "| end-of-run evaluation (final and best model, every site) |" in markdown
+
+
+def test_round_time_refuses_a_wrong_setting_before_running(tmp_path):
+    result = subprocess.run([sys.executable, "benchmarks/round_time.py", "--protocol", "fundus", "--set",
+                             "train.rounds=zero", "--out", str(tmp_path / "rt")], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2 and "train.rounds" in result.stderr
+    assert not (tmp_path / "rt" / "workspace").exists()
+
+
 def test_sweep_throughput_writes_its_measurements(tmp_path):
     tiny = ["--set", "train.local_epochs=1", "--set", "data.image_size=32", "--set", "data.synthetic.cases_per_site=4",
             "--set", "data.synthetic.held_out_cases=6", "--set", "data.synthetic.size=32",

@@ -81,6 +81,11 @@ PILOT_SECONDS_PER_ROUND = {"prostate": 1.75, "fundus": 0.90}
 # On the synthetic data, the held-out site gets more test cases than a training site (it costs evaluation only and
 # narrows each seed's case error); with real data the site has the cases it has.
 SYNTHETIC_HELD_OUT_CASES = {"prostate": 24, "fundus": 72}
+# The CPU numerics a sweep runs with unless told otherwise (feddg.numerics): pinned, so that its runs repeat on
+# other machines.
+SWEEP_CPU_PIN = "avx2"
+# The held-out site of the benchmark's timing runs (benchmarks/round_time.py --protocol, sweep_throughput.py).
+TIMING_HELD_OUT = {"prostate": "BIDMC", "fundus": "Domain1"}
 
 
 def default_overrides(task: str, synthetic: bool) -> dict[str, Any]:
@@ -90,6 +95,12 @@ def default_overrides(task: str, synthetic: bool) -> dict[str, Any]:
     if synthetic:
         out["data"] = {"synthetic": {"held_out_cases": SYNTHETIC_HELD_OUT_CASES[task]}}
     return out
+
+
+def timing_cell(task: str) -> tuple[Protocol, Run]:
+    """The protocol and the run the benchmark times for ``task``: FedAvg, seed 0, held out at
+    :data:`TIMING_HELD_OUT`, under the sweep's protocol on synthetic data (:func:`default_overrides`)."""
+    return Protocol(task, default_overrides(task, synthetic=True)), Run(task, "fedavg", TIMING_HELD_OUT[task], 0)
 
 
 def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
@@ -159,7 +170,7 @@ def check_real_data(protocol: Protocol, run: Run, report: Callable[[str], None] 
                f"change it)")
 
 
-def prepare_cell(run: Run, protocol: Protocol, out: Path, timeout: float, cpu_pin: str = "avx2") -> Cell:
+def prepare_cell(run: Run, protocol: Protocol, out: Path, timeout: float, cpu_pin: str = SWEEP_CPU_PIN) -> Cell:
     """The cell of ``run``, ready for an executor: a fresh ``out/runs/<id>`` (what an unfinished run left there is
     cleared) holding the run's job, written from the template with the protocol and the run's own settings, run
     with the CPU numerics ``cpu_pin`` (:mod:`feddg.numerics`)."""
@@ -289,7 +300,7 @@ def _n_scores(record: dict[str, Any]) -> int:
 
 
 def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout: float, reproduce: bool,
-               report: Callable[[str], None], executor: CellExecutor | None = None, cpu_pin: str = "avx2") -> None:
+               report: Callable[[str], None], executor: CellExecutor | None = None, cpu_pin: str = SWEEP_CPU_PIN) -> None:
     """Refuse to add runs made by code other than the folder's (see the module docstring); with ``reproduce``,
     re-run one cell of every method the folder holds with this code (:func:`reproduce_cells`) and accept the code
     only when every per-case score of each is identical. The check, every method's cell, CPU model and result, is
@@ -378,7 +389,7 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
           timeout: float = 3600, retry_failed: bool = False, reproduce_check: bool = False, dry_run: bool = False,
           move_aside: bool = False, report: Callable[[str], None] = print,
           after_run: Callable[[], None] | None = None, executor: CellExecutor | None = None,
-          cpu_pin: str = "avx2") -> list[dict]:
+          cpu_pin: str = SWEEP_CPU_PIN) -> list[dict]:
     """Run every cell not run yet; returns every cell's record (finished earlier or now; a dry run returns the
     finished ones and runs nothing). Before any run: every cell is validated, the data (with a data root) checked,
     and the folder's record checked (its protocol, each run's config: :mod:`feddg.benchmark.record`; with

@@ -32,7 +32,8 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any, Protocol, runtime_checkable
 
 from nvflare.apis.analytix import AnalyticsDataType
@@ -167,7 +168,9 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
                   f"{cfg.train.rounds} rounds, at least {min_sites} sites per round")
         self.fl_ctx.set_prop(AppConstants.NUM_ROUNDS, self.num_rounds, private=True, sticky=False)
 
-        if not self._sites_agree(cfg):
+        with self._phase("site_info"):
+            agreed = self._sites_agree(cfg)
+        if not agreed:
             return
         model = self.load_model()
         if not model.params:
@@ -182,7 +185,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             if model is None:
                 return
 
-        final_eval = self._evaluate(model.params, "final", self.num_rounds, cfg)
+        with self._phase("evaluate_final"):
+            final_eval = self._evaluate(model.params, "final", self.num_rounds, cfg)
         if final_eval is None:
             return
         self._consider_best(self.num_rounds, model.params, self._mean_val_dice(final_eval, train_sites, cfg))
@@ -190,11 +194,23 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         if self._best["round"] == self.num_rounds:
             evaluations["best"] = final_eval
         else:
-            best_eval = self._evaluate(self._best["params"], "best", self._best["round"], cfg)
+            with self._phase("evaluate_best"):
+                best_eval = self._evaluate(self._best["params"], "best", self._best["round"], cfg)
             if best_eval is None:
                 return
             evaluations["best"] = best_eval
-        self._write_report(cfg, evaluations, time.time() - started)
+        with self._phase("report"):
+            self._write_report(cfg, evaluations, time.time() - started)
+
+    @contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        """Time a part of the run outside the rounds (its start, the evaluations, the report) into the timings file
+        (:mod:`feddg.flare.timings`), whether it succeeds or not."""
+        record = {"phase": name, "started": time.time()}
+        try:
+            yield
+        finally:
+            append_timing(os.path.join(self.get_run_dir(), TIMINGS_FILE), {**record, "ended": time.time()})
 
     def _sites_agree(self, cfg: FedDGConfig) -> bool:
         """At job start every site reports its ``feddg`` version and preprocessing hash; different answers stop the

@@ -15,10 +15,15 @@ loading (0 afterwards); ``validation_s`` covers the received model's validation 
 model's after training; ``data_s`` is the part of ``training_s`` spent producing batches (gathering rows, the
 copy to the device and the augmentation; on a GPU the host's share, as the device works asynchronously).
 
-Server record (one per round)::
+Server records, one per round::
 
     {"round": r, "started": t, "results": {site: t received}, "results_in": t, "aggregation_s": s, "save_s": s,
      "ended": t, "peak_rss_mib": m}
+
+and one per part of the run outside the rounds (``site_info`` at job start, ``evaluate_final``,
+``evaluate_best``, ``report``)::
+
+    {"phase": name, "started": t, "ended": t}
 
 Times of different processes compare only on one host (one clock); across hosts they carry the clocks' offset.
 """
@@ -64,3 +69,13 @@ def read_timings(path: str | os.PathLike) -> list[dict[str, Any]]:
     except OSError:
         return []
     return records
+
+
+def server_rounds(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The server's round records among ``records`` (those of its timings file that are not a phase's)."""
+    return [r for r in records if "round" in r and "phase" not in r]
+
+
+def server_phases(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Phase name -> the server's record of that part of the run outside the rounds (the last, if repeated)."""
+    return {r["phase"]: r for r in records if "phase" in r}

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from feddg.flare.timings import server_rounds
+
 DRILLS_FILE = "drills.json"
 DRILLS_TABLE = "drills.md"
 
@@ -45,7 +47,7 @@ def judge(check: Check, name: str, report: dict) -> DrillOutcome:
 
 def round_seconds(report: dict) -> list[float]:
     """Each round's wall time in the report's round timings (seconds, one decimal), in round order."""
-    timings = report.get("round_timings") or []
+    timings = server_rounds(report.get("round_timings") or [])
     return [round(t["ended"] - t["started"], 1) for t in timings]
 
 
