@@ -12,7 +12,9 @@
    sweep's own timing cell instead (``feddg.benchmark.sweep.timing_cell``: FedAvg, seed 0, the sweep's rounds of
    one local epoch at the task's image size, its CPU pin), the run a benchmark sweep repeats hundreds of times;
    the whole run is then also broken into its parts: start-up until round 0's task, the rounds, the end-of-run
-   evaluation, the report and the exit.
+   evaluation, the report and the exit. With ``--anchors`` it also runs NVFlare's own trivial job and NVFlare's
+   PyTorch FedAvg recipe on the same U-Net, data and thread budget (:mod:`anchors`) and prints our round against
+   theirs as ratios.
 2. Reads the timings the server and each site wrote (:mod:`feddg.flare.timings`) and breaks every round down:
    the slowest site's validation and training (and the part of the training spent producing batches), the task's
    delivery to the sites, the sites' other work in the task (loading the received weights, optimizer state,
@@ -38,6 +40,7 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -300,6 +303,26 @@ def summary(run: dict, local: dict[int, float] | None) -> dict[str, float]:
     return out
 
 
+def anchor_table(federated: dict[str, Any], anchored: dict[str, Any]) -> str:
+    """Our median round (rounds 1+) and what of it is not training, against each anchor's median round."""
+    later = [r for r in federated["rounds"] if r["round"] > 0] or federated["rounds"]
+    ours = statistics.median(r["round_s"] for r in later)
+    not_training = statistics.median(r["round_s"] - r["training_s"] for r in later)
+    lines = ["| round (median, rounds 1+) | seconds | ours / it | ours not training / it |", "|---|---|---|---|",
+             f"| ours | {ours:.2f} | 1.00 | |"]
+    labels = {"trivial": "NVFlare's trivial job (ScatterAndGather, NumPy, nothing to compute)",
+              "recipe": "NVFlare's PyTorch FedAvg recipe (same U-Net, data, batches, threads)"}
+    for name, label in labels.items():
+        found = anchored.get(name, {})
+        if "skipped" in found:
+            lines.append(f"| {label} | skipped: {found['skipped']} | | |")
+            continue
+        lines.append(f"| {label} | {found['round_s']:.2f} | {ours / found['round_s']:.2f} | "
+                     f"{not_training / found['round_s']:.2f} |")
+    lines += ["", f"Ours not training (the round minus the slowest site's training, median): {not_training:.2f} s."]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     command = " ".join(["python benchmarks/round_time.py", *argv])
@@ -315,6 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases-per-site", type=int, help="synthetic volumes per site (the papers: about 30)")
     parser.add_argument("--compare-interval", type=positive, help="also run with this task_request_interval")
     parser.add_argument("--skip-local", action="store_true", help="do not run the local-training baseline")
+    parser.add_argument("--anchors", action="store_true",
+                        help="also run NVFlare's own trivial job and its PyTorch FedAvg recipe on the same U-Net, data "
+                             "and thread budget (benchmarks/anchors.py) and compare our round with theirs")
+    parser.add_argument("--anchor-rounds", type=int, default=20, help="rounds of each anchor job (default 20)")
     parser.add_argument("--timeout", type=seconds, default=3600, help="seconds per run")
     parser.add_argument("--out", default="/tmp/feddg/round_time")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -378,7 +405,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"federated again with task_request_interval {args.compare_interval} s ...", flush=True)
         compared = run_federated(other, out / "workspace_interval", simulator_args, args.timeout, env)
 
-    results.update(federated=federated, federated_summary=summary(federated, local), local=local)
+    anchored = None
+    if args.anchors:
+        import anchors
+
+        from feddg.config import load_config as _load
+
+        train_sites = _load(job_dir / "app" / "config" / "feddg.yaml").data.train_sites
+        anchored = anchors.measure(out / "anchors", job_dir / "app" / "config" / "feddg.yaml", train_sites,
+                                   max(args.anchor_rounds, 3), args.timeout)
+    results.update(federated=federated, federated_summary=summary(federated, local), local=local, anchors=anchored)
     # The raw measurements first: a formatting error must not lose minutes of measuring.
     (out / "round_time.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     m = results["machine"]
@@ -403,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
                  if local else "") + ".", "",
              "Peak resident memory (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in federated["peak_rss_mib"].items())
              + " (the server line is the simulator's main process, which also hosts the clients' proxies).", ""]
+    if anchored is not None:
+        lines += ["## Against NVFlare's own rounds, same machine, same run", "", anchor_table(federated, anchored), ""]
     if compared is not None:
         c = summary(compared, None)
         results["compared_interval"] = {"task_request_interval": args.compare_interval, "run": compared,

@@ -57,20 +57,41 @@ TINY = ["--set", "data.image_size=32", "--set", "data.synthetic.cases_per_site=4
         "--set", "eval.batch_size=8"]
 
 
-def test_round_time_breaks_a_protocol_run_into_its_parts(tmp_path):
-    """--protocol runs the sweep's timing cell (here 2 rounds of a tiny setting) with the sweep's CPU pin and breaks
-    the whole run down: every part present, the parts within the run's wall time."""
-    _run("round_time.py", "--protocol", "fundus", "--rounds", "2", "--skip-local", *TINY, "--out", str(tmp_path / "rt"),
-         cache=tmp_path / "cache")
+def test_round_time_breaks_a_protocol_run_into_its_parts_beside_nvflares_own_rounds(tmp_path):
+    """--protocol runs the sweep's timing cell (here 2 rounds of a tiny setting) with the sweep's CPU numerics and
+    breaks the whole run down (every part present, the parts within the run's wall time); --anchors runs NVFlare's
+    trivial job and its PyTorch FedAvg recipe (our U-Net and data) beside it: each a measured round, and the table
+    of ratios."""
+    _run("round_time.py", "--protocol", "fundus", "--rounds", "2", "--skip-local", "--anchors", "--anchor-rounds",
+         "3", *TINY, "--out", str(tmp_path / "rt"), cache=tmp_path / "cache")
     results = json.loads((tmp_path / "rt" / "round_time.json").read_text())
     assert results["protocol"] == "fundus" and results["rounds"] == 2 and results["job"] == "fundus_fedavg"
-    assert results["env"]["FEDDG_CPU_PIN"] == "avx2"
+    assert results["env"]["FEDDG_CPU_PIN"] == "off"  # as the sweep runs (SWEEP_CPU_PIN)
     phases = results["federated"]["phases"]
     assert set(phases) == {"start_up_s", "site_info_s", "rounds_s", "evaluation_s", "report_s", "exit_s", "wall_s"}
     parts = phases["start_up_s"] + phases["rounds_s"] + phases["evaluation_s"] + phases["report_s"] + phases["exit_s"]
     assert 0 < parts <= phases["wall_s"] + 1e-6 and phases["site_info_s"] < phases["start_up_s"]
+    for name in ("trivial", "recipe"):
+        assert results["anchors"][name]["round_s"] > 0 and results["anchors"][name]["rounds_timed"] >= 1, name
     markdown = (tmp_path / "rt" / "round_time.md").read_text()
     assert "| end-of-run evaluation (final and best model, every site) |" in markdown
+    assert "| NVFlare's trivial job (ScatterAndGather, NumPy, nothing to compute) |" in markdown
+    assert "| NVFlare's PyTorch FedAvg recipe (same U-Net, data, batches, threads) |" in markdown
+
+
+def test_an_anchors_round_times_come_from_the_server_log(tmp_path):
+    """Both log shapes: ScatterAndGather's one-line record and FedAvg's framed message (the words on a later line);
+    round 0 (data loading) is left out."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from anchors import round_times
+
+    log = tmp_path / "log"
+    log.write_text("2026-11-28 09:00:00,000 - INFO - Round 0 started.\n"
+                   "2026-11-28 09:00:05,000 - INFO - \n----\n        Round 1 started.\n----\n"
+                   "2026-11-28 09:00:05,500 - INFO - some other line\n"
+                   "2026-11-28 09:00:06,250 - INFO - Round 2 started.\n"
+                   "2026-11-28 09:00:07,000 - INFO - Round 3 started.\n")
+    assert round_times(log) == pytest.approx([1.25, 0.75])
 
 
 def test_round_time_refuses_a_wrong_setting_before_running(tmp_path):
