@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import copy
 
 import numpy as np
@@ -144,15 +146,19 @@ def test_a_protocol_under_which_a_method_would_not_act_is_refused_before_any_run
         plan(Protocol("fundus", {"train": {"rounds": 1}}), ["fedavg", "ga"], ["Domain1"], [0])
 
 
-def _fake_executor(monkeypatch, sweep_module, code: str, scores=(0.8, 0.6), ran=None, cpu=None):
+def _fake_executor(monkeypatch, sweep_module, code: str, scores=(0.8, 0.6), ran=None, cpu=None, avx512=None):
     """The sweep's runs "end" at once with ``scores`` as the held-out site's per-case scores, made by ``code`` (on
-    ``cpu``, when given)."""
+    ``cpu``, when given: then as this host's runs, on a host with that CPU and ``avx512``)."""
     import feddg.report
     from tests.fake_executor import FakeExecutor
 
     monkeypatch.setattr(feddg.report, "code_fingerprint", lambda: code)
+    if cpu is not None:
+        monkeypatch.setattr(feddg.report, "cpu_model", lambda: cpu)
+        monkeypatch.setattr(sweep_module, "cpu_flags", lambda: {"avx512f"} if avx512 else set())
     monkeypatch.setattr(sweep_module, "LocalExecutor",
-                        lambda: FakeExecutor([] if ran is None else ran, scores=scores, with_folder=True, cpu=cpu))
+                        lambda: FakeExecutor([] if ran is None else ran, scores=scores, with_folder=True, cpu=cpu,
+                                             avx512=avx512, here=cpu is not None))
 
 
 def test_runs_of_other_code_are_refused_and_a_reproduce_check_with_identical_scores_admits_the_new_code(
@@ -200,38 +206,71 @@ def test_a_reproduce_check_with_other_scores_is_refused_naming_the_case(tmp_path
                            report=lambda _: None)
 
 
-def test_a_reproduce_check_re_runs_a_run_made_on_this_cpu_and_names_both_cpus_when_there_is_none(
+def test_each_seed_stays_on_one_cpu_family_and_the_reproduce_check_re_runs_a_run_of_this_family(
         tmp_path, monkeypatch):
-    """A CPU model alone changes a run: the check re-runs one made on this machine's CPU model when the folder has
-    one, and a refusal after re-running one from another CPU says so."""
+    """A run repeats only on its CPU family (maker and kernels; an Intel Xeon re-running AMD EPYC runs of the same
+    code differed in 173 of 204 per-case scores): on an Intel machine a sweep leaves the cells of a seed made on AMD
+    to an AMD machine, saying so, runs the seeds no family holds yet, and its reproduce check re-runs a run of its
+    own family (seed 0 where there is one); with none of its family, the check is refused naming the method."""
     import json
 
-    import feddg.report
     from feddg.benchmark import sweep as sweep_module
 
-    monkeypatch.setattr(feddg.report, "cpu_model", lambda: "CPU here")
-    out = tmp_path / "mixed"
-    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="CPU there")
+    out, lines = tmp_path / "mixed", []
+    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="AMD EPYC 7B13", avx512=False)
     sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
-    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="CPU here")
-    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], report=lambda _: None)
     ran: list = []
-    _fake_executor(monkeypatch, sweep_module, "new-code", ran=ran, cpu="CPU here")
-    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1, 2], reproduce_check=True,
-                       report=lambda _: None)
-    assert ran[0] == ("fundus_fedavg_Domain1_seed0", sweep_module.REPRODUCE_DIR), "seed 0, made on the other CPU"
-    (check,) = json.loads((out / "sweep.json").read_text())["code_evidence"]
-    assert check["methods"][0]["run_id"] == "fundus_fedavg_Domain1_seed0" and check["cpu"] == "CPU here"
-    assert check["methods"][0]["made_on"] == "CPU there"
+    _fake_executor(monkeypatch, sweep_module, "old-code", ran=ran, cpu="Intel(R) Xeon(R) Processor", avx512=True)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1", "Domain2"], [0, 1], report=lines.append)
+    assert [r for r, _ in ran] == ["fundus_fedavg_Domain1_seed1", "fundus_fedavg_Domain2_seed1"]
+    assert any(line.startswith("1 cell(s) left for another machine: seed(s) 0 were made on seed 0: AMD avx2, this "
+                               "sweep makes Intel native-avx512 runs") for line in lines), lines
 
-    other = tmp_path / "other_cpu"
-    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="CPU there")
-    sweep_module.sweep(other, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
-    _fake_executor(monkeypatch, sweep_module, "new-code", (0.8, 0.61), cpu="CPU here")
-    with pytest.raises(ConfigError, match="other per-case scores .*That run was made on CPU there, this machine's CPU "
-                                          "is CPU here: the CPU model alone changes a run"):
-        sweep_module.sweep(other, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
+    ran.clear()
+    _fake_executor(monkeypatch, sweep_module, "new-code", ran=ran, cpu="Intel(R) Xeon(R) Processor", avx512=True)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1", "Domain2"], [0, 1, 2], reproduce_check=True,
+                       report=lambda _: None)
+    assert ran[0] == ("fundus_fedavg_Domain1_seed1", sweep_module.REPRODUCE_DIR), "of this family, not seed 0"
+    (check,) = json.loads((out / "sweep.json").read_text())["code_evidence"]
+    assert check["family"] == "Intel native-avx512" and check["methods"][0]["family"] == "Intel native-avx512"
+
+    amd_only = tmp_path / "amd_only"
+    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="AMD EPYC 7B13", avx512=False)
+    sweep_module.sweep(amd_only, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
+    _fake_executor(monkeypatch, sweep_module, "new-code", cpu="Intel(R) Xeon(R) Processor", avx512=True)
+    with pytest.raises(ConfigError, match=r"fedavg has none \(its runs: AMD avx2\): run the check on a machine of "
+                                          r"that family"):
+        sweep_module.sweep(amd_only, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
                            report=lambda _: None)
+
+
+def test_a_run_of_another_family_than_its_seeds_is_refused_and_moved_aside(tmp_path):
+    """Seed 0's runs are AMD; an Intel run at seed 0 would pair across makers: refused naming it, moved with
+    --move-aside-mismatched; an Intel run at seed 1 (a seed of its own) stays."""
+    from feddg.benchmark.protocol import run_experiment
+    from feddg.benchmark.record import check_records, seed_families
+
+    protocol = Protocol("fundus", {"train": {"rounds": 2, "local_epochs": 1}})
+    made = {("Domain1", 0): ("AMD EPYC", False), ("Domain2", 0): ("AMD EPYC", False),
+            ("Domain3", 0): ("Intel Xeon", True), ("Domain1", 1): ("Intel Xeon", True)}
+    for (site, seed), (cpu, avx512) in made.items():
+        run = Run("fundus", "fedavg", site, seed)
+        folder = tmp_path / "runs" / run.run_id
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text(json.dumps({
+            "run": run.__dict__, "run_id": run.run_id, "status": "ok", "wall_s": 1.0, "cpu_pin": "off",
+            "config": run_experiment(protocol, run), "simulator_args": [],
+            "executor": {"cpu": cpu, "avx512": avx512}}))
+    from feddg.benchmark.record import run_records
+
+    assert seed_families(run_records(tmp_path).values()) == {0: "AMD avx2", 1: "Intel native-avx512"}
+    with pytest.raises(ConfigError, match=r"fundus_fedavg_Domain3_seed0: made on Intel native-avx512 \(cpu_pin 'off' "
+                                          r"on Intel Xeon\), while seed 0's runs are AMD avx2"):
+        check_records(tmp_path, protocol)
+    check_records(tmp_path, protocol, move_aside=True, report=lambda _: None)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        "fundus_fedavg_Domain1_seed0", "fundus_fedavg_Domain1_seed1", "fundus_fedavg_Domain2_seed0"]
+    assert (tmp_path / "aside" / "fundus_fedavg_Domain3_seed0" / "run.json").exists()
 
 
 def test_the_reproduce_check_runs_every_method_and_names_the_one_that_changed(tmp_path, monkeypatch):
@@ -260,21 +299,25 @@ def test_the_reproduce_check_runs_every_method_and_names_the_one_that_changed(tm
     assert sweep_module.admitted_codes(tmp_path, sweep_module.run_records(tmp_path)) == {"old-code"}
 
 
-def test_a_reproduce_check_needs_seed_0_of_every_method_and_runs_nothing_without_it(tmp_path, monkeypatch, capsys):
+def test_a_reproduce_check_needs_a_run_of_every_method_on_this_family_and_runs_nothing_without_it(
+        tmp_path, monkeypatch):
+    """fedavg has a run made here (Intel), GA only one made on AMD: with new code on Intel the check cannot prove
+    GA's code, so it is refused naming GA and the families, before anything runs or is written."""
     import json
 
     from feddg.benchmark import sweep as sweep_module
-    from feddg.report import code_fingerprint
 
-    _fake_executor(monkeypatch, sweep_module, "old-code", scores=(0.8, 0.6))
+    intel, amd = ("Intel(R) Xeon(R) Processor", True), ("AMD EPYC 7B13", False)
+    _fake_executor(monkeypatch, sweep_module, "old-code", (0.8, 0.6), None, *intel)
     sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
+    _fake_executor(monkeypatch, sweep_module, "old-code", (0.8, 0.6), None, *amd)
     sweep_module.sweep(tmp_path, Protocol("fundus"), ["ga"], ["Domain1"], [1], report=lambda _: None)
     before = (tmp_path / "sweep.json").read_text()
     ran: list = []
-    _fake_executor(monkeypatch, sweep_module, code_fingerprint(), ran=ran, scores=(0.8, 0.6))
-    with pytest.raises(ConfigError, match=r"ga has no finished run with run.seed 0 \(its finished runs: "
-                                          r"fundus_ga_Domain1_seed1\)"):
-        sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
+    _fake_executor(monkeypatch, sweep_module, "new-code", (0.8, 0.6), ran, *intel)
+    with pytest.raises(ConfigError, match=r"this machine's CPU family \(Intel native-avx512\), and ga has none "
+                                          r"\(its runs: AMD avx2\)"):
+        sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 2], reproduce_check=True,
                            report=lambda _: None)
     assert ran == [] and json.loads((tmp_path / "sweep.json").read_text()) == json.loads(before)
 
@@ -595,9 +638,10 @@ def test_a_relative_data_root_is_made_absolute_before_any_run(tmp_path, monkeypa
     assert [p.overrides["data"]["root"] for p in protocols] == [str(tmp_path.resolve() / "data")] * 2
 
 
-def test_pairs_made_on_different_cpu_models_are_marked_in_the_tables(tmp_path):
+def test_pairs_made_on_different_cpu_families_are_marked_in_the_tables(tmp_path):
     """A run's CPU comes from its record, or for a run from before runs kept it from the folder's cpu_timeline.json;
-    a pair split across CPU models is marked (†) with a footnote naming method, site, seeds and both models."""
+    a pair split across CPU families (maker and kernels) is marked (†) with a footnote naming method, site, seeds
+    and both families."""
     import json
 
     from feddg.benchmark.record import run_records
@@ -611,19 +655,20 @@ def test_pairs_made_on_different_cpu_models_are_marked_in_the_tables(tmp_path):
         folder.mkdir(parents=True)
         (folder / "run.json").write_text(json.dumps(r))
     (tmp_path / "cpu_timeline.json").write_text(json.dumps({"source": "a test", "windows": [
-        {"cpu": "AMD EPYC", "until": 50}, {"cpu": "Intel Xeon", "from": 50}]}))
+        {"cpu": "AMD EPYC", "avx512": False, "until": 50}, {"cpu": "Intel Xeon", "avx512": True, "from": 50}]}))
     loaded = list(run_records(tmp_path).values())
     assert {r["executor"]["cpu"] for r in loaded if r["run"]["seed"] == 2 and r["run"]["method"] == "ga"} == \
         {"Intel Xeon"}
     stats = comparisons(loaded, "fedavg", ["BMC", "HK"], n_resamples=200)
     assert stats["methods"]["ga"]["cross_cpu"] == {
-        s: [{"seed": 2, "ga": "Intel Xeon", "fedavg": "AMD EPYC"}] for s in ("BMC", "HK")}
+        s: [{"seed": 2, "ga": "Intel native-avx512", "fedavg": "AMD avx2"}] for s in ("BMC", "HK")}
     assert stats["methods"]["uniform"]["cross_cpu"] == {}
     text = markdown(loaded, [stats], ["fedavg", "uniform", "ga"], ["BMC", "HK"])
     row = next(line for line in text.splitlines() if line.startswith("| ga | +0.0"))
     assert row.count(" †") == 2
-    assert "† pairs whose two runs were made on different CPU models, which alone move a run: ga at BMC, seed 2 " \
-           "(Intel Xeon against AMD EPYC); ga at HK, seed 2 (Intel Xeon against AMD EPYC)." in text
+    assert "† pairs whose two runs were made on different CPU families (maker and kernels), which alone move a run: " \
+           "ga at BMC, seed 2 (Intel native-avx512 against AMD avx2); ga at HK, seed 2 (Intel native-avx512 against " \
+           "AMD avx2)." in text
 
 
 @pytest.mark.parametrize("timeline, message", [

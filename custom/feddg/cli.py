@@ -341,10 +341,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reproduce-check", action="store_true",
                    help="when the folder's runs were made by other code: re-run one of its cells with this code "
                         "first and add runs only if every per-case score is identical")
-    p.add_argument("--cpu-pin", choices=["avx2", "off"], default="avx2",
-                   help="the runs' CPU numerics: avx2 (default) caps PyTorch, oneDNN and MKL at AVX2 so that a run "
-                        "repeats on AMD and Intel machines alike; off: each machine's fastest kernels "
-                        "(feddg.numerics)")
+    p.add_argument("--cpu-pin", choices=["off", "avx2"], default="off",
+                   help="the runs' CPU numerics: off (default) lets PyTorch, oneDNN and MKL take the machine's fastest "
+                        "kernels; avx2 caps them at AVX2. A run repeats only on its CPU family (maker and kernels), "
+                        "so each seed's runs are kept within one (feddg.numerics)")
     p.add_argument("--move-aside-mismatched", action="store_true",
                    help="move the folder's runs whose config is not this protocol's to OUT/aside/ (default: refuse "
                         "the folder, naming the first such run and setting)")

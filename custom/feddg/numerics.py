@@ -1,4 +1,4 @@
-"""CPU numerics pinned so that a run repeats bit for bit on the x86 machines this project runs on: one setting,
+"""CPU numerics: what a run's numbers repeat on (:func:`numbers_family`), and one setting that pins the kernels,
 ``FEDDG_CPU_PIN``, with its home here.
 
 PyTorch picks its CPU kernels by instruction set at run time, and so do oneDNN (convolutions) and MKL (matrix
@@ -12,12 +12,18 @@ simulator, whose site processes inherit them.
 
 AVX2 is the pin because it leaves the runs of the AVX2-only AMD EPYC machines bit for bit as they were (measured
 2026-11-28 on one: a U-Net trained 20 steps gave the same weights pinned and unpinned, while ``MKL_CBWR=COMPATIBLE``
-or ``ATEN_CPU_CAPABILITY=default`` changed them), so the committed runs made there stay valid. ``off`` (the default
-of ``feddg simulate``) lets every library use the fastest path of the machine; the benchmark pins by default
-(``feddg benchmark --cpu-pin``). What a run used is recorded in its report (:func:`numerics`) and ``run.json``.
+or ``ATEN_CPU_CAPABILITY=default`` changed them). ``off`` (the default of ``feddg simulate`` and of the benchmark)
+lets every library use the fastest path of the machine. What a run used is recorded in its report
+(:func:`numerics`) and ``run.json``.
 
-Not proven here: that an AVX-512 Intel machine pinned this way repeats the AMD runs bit for bit (oneDNN may still
-block its loops by the cache sizes); no Intel machine was available when this was written.
+What the pin does not do: make an Intel machine repeat an AMD one. Pinned, an Intel Xeon gives other numbers than
+unpinned (the pin does change its kernels) and other numbers than an AMD EPYC: re-running two AMD runs of the
+prostate protocol with the same code, 173 and 171 of 204 per-case scores differed (2026-11-28,
+``benchmarks/results/cpu_check_prostate``). oneDNN blocks its convolution loops by the CPU's cache sizes, which no
+ISA cap fixes. So a run repeats on its :func:`numbers_family` (the CPU's maker and the kernels it ran), and the
+benchmark keeps each seed's runs within one family (:mod:`feddg.benchmark.record`); its default is ``off``, the
+machine's fastest kernels, since pinning buys no repeatability across makers. What the pin still gives: one
+kernel family on Intel machines with and without AVX-512.
 """
 
 from __future__ import annotations
@@ -79,7 +85,30 @@ def numerics(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 def effective_kernels(cpu_pin: str | None, avx512: bool | None) -> str:
     """The kernel family a run's numbers come from: ``avx2`` when pinned, or unpinned on a CPU without AVX-512 (the
     pin changes nothing there); ``native-avx512`` unpinned on a CPU with it; ``unknown`` when the record cannot
-    tell. Runs of one folder must agree on it to be compared pair by pair."""
+    tell."""
     if cpu_pin == "avx2" or avx512 is False:
         return "avx2"
     return "native-avx512" if avx512 else "unknown"
+
+
+def cpu_maker(cpu: str | None) -> str | None:
+    """``AMD`` or ``Intel`` from a CPU model name (``/proc/cpuinfo``'s, or a results folder's timeline's), else the
+    name itself; None for None."""
+    if cpu is None:
+        return None
+    return next((maker for maker in ("AMD", "Intel") if maker.lower() in cpu.lower()), cpu)
+
+
+def numbers_family(cpu: str | None, cpu_pin: str | None, avx512: bool | None) -> str:
+    """What a run repeats bit for bit on: the CPU's maker and the kernel family it ran (:func:`effective_kernels`),
+    e.g. ``AMD avx2``, ``Intel avx2`` (pinned), ``Intel native-avx512``; ``unknown`` when the record cannot tell.
+
+    The maker is part of it because the pin does not carry a run across makers: oneDNN sizes its convolution loops
+    by the CPU's caches, and the ISA cap does not fix that. Measured 2026-11-28 on an Intel Xeon, pinned, re-running
+    two AMD EPYC runs of the prostate protocol with the same code: 173 and 171 of 204 per-case scores differed
+    (held-out Dice 0.5096 against 0.5587, 0.4848 against 0.4947; ``benchmarks/results/cpu_check_prostate``), as
+    unpinned Intel runs did (178). Runs of one family compare pair by pair; a seed's runs must share one (a pair's
+    two runs then do), while different seeds may come from different families: each seed is its own draw."""
+    kernels = effective_kernels(cpu_pin, avx512)
+    maker = cpu_maker(cpu)
+    return "unknown" if maker is None or kernels == "unknown" else f"{maker} {kernels}"

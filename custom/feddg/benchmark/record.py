@@ -17,6 +17,7 @@ import os
 import shutil
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,7 +27,7 @@ from feddg.benchmark.executors.base import INTERRUPTED, OK  # a run's statuses; 
 from feddg.benchmark.protocol import Protocol, protocol_difference, protocol_from_runs, run_mismatch
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, read_json_object, write_json
-from feddg.numerics import effective_kernels
+from feddg.numerics import numbers_family
 
 RUN_FILE = "run.json"
 SWEEP_FILE = "sweep.json"
@@ -122,12 +123,12 @@ def check_record(path: Path, record: dict[str, Any], scores: bool = False) -> di
     return record
 
 
-def run_records(out: Path, scores: bool = False) -> dict[str, dict[str, Any]]:
-    """Folder name -> record, for every ``runs/<name>/run.json`` of ``out`` that can be read, in name order (one
-    that cannot be read as JSON is no record: its run counts as not run, as after a write that was cut short). A
-    record that reads but lacks a field is refused (:func:`check_record`, with ``scores`` for the tables): its
-    numbers would be guesses."""
-    found = {path.parent.name: (path, read_json(path)) for path in sorted(Path(out).glob(f"runs/*/{RUN_FILE}"))}
+def run_records(out: Path, scores: bool = False, under: str = "runs") -> dict[str, dict[str, Any]]:
+    """Folder name -> record, for every ``runs/<name>/run.json`` of ``out`` (``under``: another subfolder, e.g.
+    :data:`ASIDE_DIR`) that can be read, in name order (one that cannot be read as JSON is no record: its run counts
+    as not run, as after a write that was cut short). A record that reads but lacks a field is refused
+    (:func:`check_record`, with ``scores`` for the tables): its numbers would be guesses."""
+    found = {path.parent.name: (path, read_json(path)) for path in sorted(Path(out).glob(f"{under}/*/{RUN_FILE}"))}
     records = {name: check_record(path, record, scores) for name, (path, record) in found.items() if record}
     windows = cpu_timeline(out)
     for record in records.values():  # a run that predates executor.cpu: its CPU from the folder's timeline
@@ -246,31 +247,49 @@ def designed(out: Path) -> Design:
 # ------------------------------------------------------------------------------------------------------ the runs
 
 
-def run_kernels(record: dict[str, Any]) -> str:
-    """The CPU kernel family a run's numbers come from (:func:`feddg.numerics.effective_kernels`): from its
-    ``cpu_pin`` (``off`` for runs from before it was kept) and whether its CPU has AVX-512 (``executor.avx512``, or
+def run_family(record: dict[str, Any]) -> str:
+    """What a run's numbers repeat on (:func:`feddg.numerics.numbers_family`): its CPU's maker (:func:`run_cpu`) and
+    the kernels of its ``cpu_pin`` (``off`` for runs from before it was kept) on that CPU (``executor.avx512``, or
     the folder's :data:`CPU_TIMELINE`)."""
     avx512 = (record.get("executor") or {}).get("avx512")
-    return effective_kernels(record.get("cpu_pin", "off"), avx512 if isinstance(avx512, bool) else None)
+    return numbers_family(run_cpu(record), record.get("cpu_pin", "off"),
+                          avx512 if isinstance(avx512, bool) else None)
+
+
+def seed_families(records: Iterable[dict[str, Any]]) -> dict[int, str]:
+    """Seed -> the numbers family that holds it: the most common known family among its finished runs (ties: the
+    first by name), for every seed with one. A seed's runs are compared pair by pair (method against baseline at
+    each site), so they must all come from this family; another seed may come from another."""
+    counts: dict[int, Counter] = {}
+    for record in finished(records):
+        family = run_family(record)
+        if family != "unknown":
+            counts.setdefault(int(record["run"]["seed"]), Counter())[family] += 1
+    return {seed: min(c, key=lambda f: (-c[f], f)) for seed, c in sorted(counts.items())}
 
 
 def check_records(out: Path, protocol: Protocol, move_aside: bool = False, report: Report = print,
-                  write: bool = True, kernels: str | None = None) -> None:
+                  write: bool = True) -> None:
     """Refuse a folder holding a run that is not a run of ``protocol`` (its folder name, task, simulator flags and
-    config checked by :func:`~feddg.benchmark.protocol.run_mismatch`), or, given this sweep's ``kernels``
-    (:func:`feddg.numerics.effective_kernels`), a run whose numbers come from other CPU kernels (another pin, or
-    unpinned on another kind of CPU; a run whose record cannot tell is let be): ConfigError naming the run and its
-    first differing setting with both values. With ``move_aside`` such runs are moved to ``OUT/aside/`` instead,
-    each with a line; ``write=False`` (a dry run) only says what would be moved."""
+    config checked by :func:`~feddg.benchmark.protocol.run_mismatch`), or a run made on another numbers family than
+    its seed's (:func:`seed_families`: a pair across CPU makers or kernels would compare the CPU, not the methods; a
+    run whose record cannot tell is let be): ConfigError naming the run and its first differing setting with both
+    values. With ``move_aside`` such runs are moved to ``OUT/aside/`` instead, each with a line; ``write=False`` (a
+    dry run) only says what would be moved."""
+    records = run_records(out)
+    owners = seed_families(records.values())
+
     def mismatch(name: str, record: dict[str, Any]) -> str | None:
         why = run_mismatch(protocol, name, record)
-        theirs = run_kernels(record)
-        if why is None and kernels is not None and "unknown" not in (theirs, kernels) and theirs != kernels:
-            why = (f"cpu_pin {record.get('cpu_pin', 'off')!r} on {run_cpu(record) or 'an unrecorded CPU'} gives "
-                   f"{theirs} kernels in the run, {kernels} in this sweep (feddg.numerics)")
+        theirs, seed = run_family(record), record.get("run", {}).get("seed")
+        owner = owners.get(seed) if isinstance(seed, int) else None
+        if why is None and theirs != "unknown" and owner is not None and theirs != owner:
+            why = (f"made on {theirs} (cpu_pin {record.get('cpu_pin', 'off')!r} on "
+                   f"{run_cpu(record) or 'an unrecorded CPU'}), while seed {seed}'s runs are {owner}: a pair's two "
+                   f"runs must come from one CPU family (feddg.numerics.numbers_family)")
         return why
 
-    mismatched = {name: why for name, record in run_records(out).items() if (why := mismatch(name, record))}
+    mismatched = {name: why for name, record in records.items() if (why := mismatch(name, record))}
     if not mismatched:
         return
     if not move_aside:

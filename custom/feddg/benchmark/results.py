@@ -24,7 +24,7 @@ import numpy as np
 from feddg.benchmark.cost import PAPER_ROUND_TIME, cost_line, paper_size_cost
 from feddg.benchmark.stats import ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, compare_seeds, holm
 from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, Design, designed, finished, run_cpu,
-                                    run_records)
+                                    run_family, run_records)
 from feddg.flare.payloads import CASES
 from feddg.jsonfile import read_json, write_json
 from feddg.layouts import LAYOUTS
@@ -202,13 +202,13 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
     # The averages are one family, Holm-adjusted: their power is stated at the level of Holm's strictest step,
     # alpha / m, so that "resolvable" means resolvable after the correction.
     family = sum(len(p) == len(sites) for p in paired_by_method.values())
-    cpu = {(r["run"]["method"], r["run"]["held_out"], int(r["run"]["seed"])): run_cpu(r) or "not recorded"
+    cpu = {(r["run"]["method"], r["run"]["held_out"], int(r["run"]["seed"])): run_family(r)
            for r in finished(records)}
     for method, paired in paired_by_method.items():
         entry: dict[str, Any] = {"sites": {s: compare_seeds({s: p}, n_resamples=n_resamples)
                                            for s, p in paired.items()}}
-        # A pair whose two runs were made on different CPU models is a looser pair (the CPU alone moves a run):
-        # marked until it is re-run on one model.
+        # A pair whose two runs were made on different CPU families compares the CPU too (a run repeats only on its
+        # family: feddg.numerics.numbers_family): marked until it is re-run on one family.
         crossed = {s: [{"seed": k, method: cpu.get((method, s, k)), baseline: cpu.get((baseline, s, k))}
                        for k in p if cpu.get((method, s, k)) != cpu.get((baseline, s, k))]
                    for s, p in paired.items()}
@@ -345,8 +345,8 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
                    for method, entry in comparison["methods"].items()
                    for site, pairs in entry.get("cross_cpu", {}).items()]
         if crossed:
-            lines += ["", f"† pairs whose two runs were made on different CPU models, which alone move a run: "
-                          f"{'; '.join(crossed)}. Marked until re-run on one model."]
+            lines += ["", f"† pairs whose two runs were made on different CPU families (maker and kernels), which "
+                          f"alone move a run: {'; '.join(crossed)}. Marked until re-run on one family."]
         lines.append("")
     scored = {r["run"]["method"] for r in finished(records)}
     unfinished = [f"- **{method}**: " + ("every run failed (see the runs' run.json)." if

@@ -19,12 +19,16 @@ before any run.
 
 A folder holds one code version: every run records the fingerprint of the code that ran it
 (:func:`feddg.report.code_fingerprint`), and a sweep whose code differs from the folder's runs is refused, unless
-``reproduce_check`` first re-runs one finished cell of every method the folder holds (its seed 0, on its quickest
-held-out site: :func:`reproduce_cells`) with the new code and every per-case score of each comes out identical (the
-evidence, each method's cell, CPU model and result, goes to ``sweep.json`` and ``results.json``): a change that
-touches one method's code path is caught by that method's cell. The CPU model alone changes a run, so the check
-re-runs cells made on this machine's CPU model where the folder has them (every run records its CPU:
-``executor.cpu``).
+``reproduce_check`` first re-runs one finished cell of every method the folder holds (seed 0 where it can, on its
+quickest held-out site: :func:`reproduce_cells`) with the new code and every per-case score of each comes out
+identical (the evidence, each method's cell, CPU model and result, goes to ``sweep.json`` and ``results.json``): a
+change that touches one method's code path is caught by that method's cell. A run repeats only on its CPU family
+(maker and kernels: :func:`feddg.numerics.numbers_family`), so the check re-runs cells of this machine's family.
+
+Each seed's runs come from one CPU family (a pair's two runs must): a run of another family than its seed's is
+refused like a run of another protocol (``move_aside`` moves it to ``OUT/aside/``), and a sweep on this host leaves
+the cells of seeds held by another family for a machine of that family, naming them. Different seeds may come
+from different families: each seed is an independent draw, and the tests take the seed as their unit.
 
 SIGINT (Ctrl-C) and SIGTERM stop the runs in progress with every process they started (the simulator starts its
 site workers in sessions of their own: :mod:`feddg.process_tree`), record each as ``interrupted`` and end the sweep
@@ -45,12 +49,13 @@ from feddg.benchmark.executors.base import Cell, CellExecutor, Outcome
 from feddg.benchmark.executors.local import LocalExecutor
 from feddg.benchmark.protocol import (Protocol, Run, first_difference, owned_settings, run_experiment,
                                       run_overrides, seed_overrides)
-from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, finished, folder_lock,
-                                    prepare_folder, record_design, run_cpu, run_records)
+from feddg.benchmark.record import (ASIDE_DIR, INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, finished,
+                                    folder_lock, prepare_folder, record_design, run_cpu, run_family, run_records,
+                                    seed_families)
 from feddg.benchmark.signals import STOP_SIGNALS, Interrupted, handle_stop_signals
 from feddg.config import ConfigError
 from feddg.folders import claim
-from feddg.numerics import cpu_flags, effective_kernels
+from feddg.numerics import cpu_flags, numbers_family
 from feddg.jsonfile import read_json, write_json
 from feddg.report import REPORT_FILE
 
@@ -81,9 +86,9 @@ PILOT_SECONDS_PER_ROUND = {"prostate": 1.75, "fundus": 0.90}
 # On the synthetic data, the held-out site gets more test cases than a training site (it costs evaluation only and
 # narrows each seed's case error); with real data the site has the cases it has.
 SYNTHETIC_HELD_OUT_CASES = {"prostate": 24, "fundus": 72}
-# The CPU numerics a sweep runs with unless told otherwise (feddg.numerics): pinned, so that its runs repeat on
-# other machines.
-SWEEP_CPU_PIN = "avx2"
+# The CPU numerics a sweep runs with unless told otherwise (feddg.numerics): the machine's own kernels, since no pin
+# makes a run repeat across CPU makers (feddg.numerics.numbers_family); each seed's runs stay within one family.
+SWEEP_CPU_PIN = "off"
 # The held-out site of the benchmark's timing runs (benchmarks/round_time.py --protocol, sweep_throughput.py).
 TIMING_HELD_OUT = {"prostate": "BIDMC", "fundus": "Domain1"}
 
@@ -273,24 +278,28 @@ def admitted_codes(out: Path, records: dict[str, dict]) -> set[str]:
     return {str(r.get("code", "unknown")) for r in finished(records.values())} | admitted
 
 
-def reproduce_cells(out: Path, records: dict[str, dict]) -> dict[str, dict]:
-    """Method -> the run the reproduce check re-runs for it, for every method with a finished run in the folder:
-    its finished seed-0 run, one made on this machine's CPU model when there is one (the CPU model alone changes a
-    run), on the held-out site with the fewest per-case scores (the quickest; ties by name). ConfigError naming the
-    method and the field when a method has no finished seed 0: then nothing is run or written."""
-    from feddg.report import cpu_model
-
-    here = cpu_model()
+def reproduce_cells(out: Path, records: dict[str, dict], protocol: Protocol,
+                    family: str = "unknown") -> dict[str, dict]:
+    """Method -> the run the reproduce check re-runs for it, for every method with a finished run in the folder: a
+    finished run of the sweep's numbers ``family`` (a run repeats only on its own: :mod:`feddg.numerics`; any
+    family when the sweep's is unknown), from the folder's runs or else from those moved aside under this protocol
+    (a run moved for its seed's family still measures its code), seed 0 where there is one, on the held-out site
+    with the fewest per-case scores (the quickest; ties by name). ConfigError naming the method and the family when
+    a method has no such run: then nothing is run or written."""
     done = finished(records.values())
+    aside = [r for name, r in run_records(out, under=ASIDE_DIR).items()
+             if r.get("status") == "ok" and run_mismatch(protocol, name, r) is None]
     chosen = {}
     for method in sorted({r["run"]["method"] for r in done}):
-        mine = [r for r in done if r["run"]["method"] == method]
-        zero = [r for r in mine if r["run"]["seed"] == 0]
-        if not zero:
-            raise ConfigError(f"{out}: --reproduce-check re-runs seed 0 of every method, and {method} has no finished "
-                              f"run with run.seed 0 (its finished runs: {', '.join(r['run_id'] for r in mine)}); run "
-                              f"its seed 0 with the folder's code first")
-        chosen[method] = min(zero, key=lambda r: (run_cpu(r) != here, _n_scores(r), r["run"]["held_out"]))
+        ours = [r for r in (*done, *aside) if r["run"]["method"] == method
+                and family in ("unknown", run_family(r))]
+        if not ours:
+            raise ConfigError(f"{out}: --reproduce-check re-runs a finished run of every method on this machine's "
+                              f"CPU family ({family}), and {method} has none (its runs: "
+                              f"{', '.join(sorted({run_family(r) for r in done if r['run']['method'] == method}))}): "
+                              f"run the check on a machine of that family")
+        chosen[method] = min(ours, key=lambda r: (r["run"]["seed"] != 0, _n_scores(r), r["run"]["held_out"],
+                                                  r["run"]["seed"]))
     return chosen
 
 
@@ -300,7 +309,8 @@ def _n_scores(record: dict[str, Any]) -> int:
 
 
 def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout: float, reproduce: bool,
-               report: Callable[[str], None], executor: CellExecutor | None = None, cpu_pin: str = SWEEP_CPU_PIN) -> None:
+               report: Callable[[str], None], executor: CellExecutor | None = None, cpu_pin: str = SWEEP_CPU_PIN,
+               family: str = "unknown") -> None:
     """Refuse to add runs made by code other than the folder's (see the module docstring); with ``reproduce``,
     re-run one cell of every method the folder holds with this code (:func:`reproduce_cells`) and accept the code
     only when every per-case score of each is identical. The check, every method's cell, CPU model and result, is
@@ -320,7 +330,7 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
             f"this code is {current[:12]}. A results folder holds one code version: use another --out, or "
             f"--reproduce-check to re-run one cell of each of its methods with this code first (accepted only when "
             f"every per-case score is identical)")
-    chosen = reproduce_cells(out, records)  # refused here, before anything runs, when a method has no seed 0
+    chosen = reproduce_cells(out, records, protocol, family)  # refused here, before anything runs
     report(f"reproduce check: re-running {', '.join(r['run_id'] for r in chosen.values())} with code "
            f"{current[:12]}")
     scratch = out / REPRODUCE_DIR
@@ -341,7 +351,7 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
     for method, old in chosen.items():
         rid, rerun = old["run_id"], new.get(old["run_id"], {})
         entry = {"method": method, "run_id": rid, "from_code": old.get("code", "unknown"),
-                 "made_on": run_cpu(old), "status": rerun.get("status", "not run")}
+                 "made_on": run_cpu(old), "family": run_family(old), "status": rerun.get("status", "not run")}
         if rerun.get("status") != "ok":
             entry["identical"] = False
             refusal = refusal or (f"reproduce check: {method}'s {rid} did not finish with this code "
@@ -351,17 +361,16 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
             entry.update(identical=difference is None, per_case_scores_compared=_n_scores(rerun))
             if difference is not None:
                 entry["first_difference"] = difference.describe("with the old code", "with this code")
-                cpu = "" if run_cpu(old) == here else (
-                    f". That run was made on {run_cpu(old) or 'a CPU its record does not name'}, this machine's CPU "
-                    f"is {here}: the CPU model alone changes a run (benchmarks/results/cpu_check_prostate), so run "
-                    f"the check on a machine with the CPU of one of the folder's runs")
+                cpu = "" if family != "unknown" else (
+                    f". That run was made on {run_family(old)}, and where the runs were made now is not known here: "
+                    f"a run repeats only on its CPU family (feddg.numerics.numbers_family)")
                 refusal = refusal or (f"reproduce check: {method} ({rid}) gives other per-case scores with code "
                                       f"{current[:12]} ({entry['first_difference']}); this code cannot add runs to "
                                       f"{out}: use another --out{cpu}")
         checks.append(entry)
     recorded = read_json(path)
     evidence = [*recorded.get("code_evidence", []),
-                {"to_code": current, "cpu": here, "admitted": refusal is None, "methods": checks,
+                {"to_code": current, "cpu": here, "family": family, "admitted": refusal is None, "methods": checks,
                  "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
     write_json(path, {**recorded, "code_evidence": evidence}, indent=2)
     if refusal is not None:
@@ -398,32 +407,37 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
     sweep leaves tables of what it finished). ``executor`` runs the cells (:mod:`feddg.benchmark.executors`; by
     default one local simulator run at a time); it checks them before any run, the reproduce check's included. A
     stop signal ends it with :class:`Interrupted`; the folder's lock is released on every way out. ``cpu_pin``: the
-    runs' CPU numerics (:mod:`feddg.numerics`; the benchmark pins them by default, so that its runs repeat on other
-    machines); a folder holding runs made with other kernels is refused like a run of another protocol."""
+    runs' CPU numerics (:mod:`feddg.numerics`). A run repeats only on its numbers family (the CPU's maker and
+    kernels), so each seed's runs come from one (:func:`~feddg.benchmark.record.seed_families`): a run of another
+    family than its seed's is refused like a run of another protocol, and a sweep running on this host leaves the
+    cells of a seed held by another family to a machine of that family, saying which."""
     executor = executor or LocalExecutor()
-    kernels = effective_kernels(cpu_pin if executor.applies_cpu_pin else "off", "avx512f" in cpu_flags())
+    family = this_family(executor, cpu_pin)
     with handle_stop_signals():
         runs = plan(protocol, methods, held_out, seeds)  # every run valid before the folder is touched
         if executor.data_here and (move_aside or _split(runs, run_records(out), retry_failed)[1]):
             check_real_data(protocol, runs[0], report)
         if dry_run:
             prepare_folder(out, protocol, report, write=False)
-            check_records(out, protocol, move_aside, report, write=False, kernels=kernels)
+            check_records(out, protocol, move_aside, report, write=False)
             done, todo = _split(runs, run_records(out), retry_failed)
+            todo = _ours(todo, run_records(out), family, report)
             _report_plan(protocol, runs, done, todo, report)
             return list(done.values())
         with _undone_if_refused(Path(out)) as accepted:
             with folder_lock(out, report):
                 prepare_folder(out, protocol, report)
-                check_records(out, protocol, move_aside, report, kernels=kernels)
+                check_records(out, protocol, move_aside, report)
                 folder = run_records(out)
                 done, todo = _split(runs, folder, retry_failed)
+                todo = _ours(todo, folder, family, report)
                 _report_plan(protocol, runs, done, todo, report)
                 cells = [prepare_cell(run, protocol, out, timeout, cpu_pin) for run in todo]
                 try:
                     if cells:
                         executor.check(cells)  # refused in one line before any run, the reproduce check's included
-                        check_code(out, folder, protocol, timeout, reproduce_check, report, executor, cpu_pin)
+                        check_code(out, folder, protocol, timeout, reproduce_check, report, executor, cpu_pin,
+                                   family)
                     record_design(out, methods, held_out, seeds)  # accepted: a refused sweep leaves it as it was
                     accepted()
                     _run_all(protocol, runs, done, cells, executor, report, after_run)
@@ -431,7 +445,31 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
                     for cell in cells:
                         if not (cell.folder / RUN_FILE).exists():
                             shutil.rmtree(cell.folder, ignore_errors=True)
-                return [done[r.run_id] for r in runs]
+                return [done[r.run_id] for r in runs if r.run_id in done]
+
+
+def this_family(executor: CellExecutor, cpu_pin: str) -> str:
+    """The numbers family of the runs ``executor`` makes with ``cpu_pin`` (:func:`feddg.numerics.numbers_family`):
+    this host's when they run here, ``unknown`` when they run elsewhere (their records say it afterwards)."""
+    from feddg.report import cpu_model
+
+    if not executor.runs_here:
+        return "unknown"
+    return numbers_family(cpu_model(), cpu_pin if executor.applies_cpu_pin else "off", "avx512f" in cpu_flags())
+
+
+def _ours(todo: list[Run], records: dict[str, dict], family: str, report: Callable[[str], None]) -> list[Run]:
+    """The runs of ``todo`` this sweep may make: all, unless it knows its ``family`` and a seed's finished runs come
+    from another (:func:`~feddg.benchmark.record.seed_families`); those cells are left, with a line naming them and
+    the family that can run them."""
+    owners = seed_families(records.values())
+    left = [r for r in todo if family != "unknown" and owners.get(r.seed, family) != family]
+    if left:
+        seeds = sorted({r.seed for r in left})
+        report(f"{len(left)} cell(s) left for another machine: seed(s) {', '.join(map(str, seeds))} were made on "
+               + "; ".join(f"seed {k}: {owners[k]}" for k in seeds)
+               + f", this sweep makes {family} runs, and a pair's two runs must come from one CPU family")
+    return [r for r in todo if r not in left]
 
 
 @contextmanager
@@ -484,7 +522,7 @@ def _run_all(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], cel
     if not cells:
         return
     report(f"running {len(cells)} run(s): {executor.describe()}")
-    started, first = time.perf_counter(), len(runs) - len(cells)
+    started, first = time.perf_counter(), len(done)  # runs left for another machine are neither
 
     def recorded(cell: Cell, record: dict[str, Any]) -> None:
         done[cell.run_id] = record

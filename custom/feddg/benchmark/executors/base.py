@@ -112,6 +112,9 @@ class CellExecutor(abc.ABC):
     # Whether the runs' processes get the cell's CPU numerics (Cell.cpu_pin); False where the sites run as their own
     # hosts are set up (a deployment): its runs are recorded unpinned.
     applies_cpu_pin: ClassVar[bool] = True
+    # Whether the runs are made on this host's CPU (whose numbers family the sweep then knows before any run:
+    # feddg.numerics.numbers_family); False where they run on other hosts.
+    runs_here: ClassVar[bool] = False
 
     def check(self, cells: Sequence[Cell]) -> None:  # noqa: B027 - optional to override
         """Refuse the sweep before any run starts: :class:`ExecutorError` in one line (e.g. a cluster that does

@@ -81,6 +81,7 @@ class LocalExecutor(CellExecutor):
     """
 
     name: ClassVar[str] = "local"
+    runs_here: ClassVar[bool] = True
 
     def __init__(self, parallel: int = 1, gpus: Sequence[str] | None = None, cores: int | None = None) -> None:
         self.cores = available_cores() if cores is None else cores
