@@ -223,8 +223,9 @@ def test_each_seed_stays_on_one_cpu_family_and_the_reproduce_check_re_runs_a_run
     _fake_executor(monkeypatch, sweep_module, "old-code", ran=ran, cpu="Intel(R) Xeon(R) Processor", avx512=True)
     sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1", "Domain2"], [0, 1], report=lines.append)
     assert [r for r, _ in ran] == ["fundus_fedavg_Domain1_seed1", "fundus_fedavg_Domain2_seed1"]
-    assert any(line.startswith("1 cell(s) left for another machine: seed(s) 0 were made on seed 0: AMD avx2, this "
-                               "sweep makes Intel native-avx512 runs") for line in lines), lines
+    assert "1 cell(s) left for a machine of their seed's CPU family (seed(s) 0 on AMD avx2): this sweep makes Intel " \
+           "native-avx512 runs, and a pair's two runs must come from one family" in lines, lines
+    assert any(line.startswith("4 runs, 1 done before, 1 left for another machine, 2 to run") for line in lines), lines
 
     ran.clear()
     _fake_executor(monkeypatch, sweep_module, "new-code", ran=ran, cpu="Intel(R) Xeon(R) Processor", avx512=True)

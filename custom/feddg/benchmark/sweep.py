@@ -465,10 +465,12 @@ def _ours(todo: list[Run], records: dict[str, dict], family: str, report: Callab
     owners = seed_families(records.values())
     left = [r for r in todo if family != "unknown" and owners.get(r.seed, family) != family]
     if left:
-        seeds = sorted({r.seed for r in left})
-        report(f"{len(left)} cell(s) left for another machine: seed(s) {', '.join(map(str, seeds))} were made on "
-               + "; ".join(f"seed {k}: {owners[k]}" for k in seeds)
-               + f", this sweep makes {family} runs, and a pair's two runs must come from one CPU family")
+        by_family: dict[str, list[int]] = {}
+        for seed in sorted({r.seed for r in left}):
+            by_family.setdefault(owners[seed], []).append(seed)
+        held = "; ".join(f"seed(s) {', '.join(map(str, seeds))} on {f}" for f, seeds in by_family.items())
+        report(f"{len(left)} cell(s) left for a machine of their seed's CPU family ({held}): this sweep makes "
+               f"{family} runs, and a pair's two runs must come from one family")
     return [r for r in todo if r not in left]
 
 
@@ -509,7 +511,9 @@ def _split(runs: Sequence[Run], records: dict[str, dict], retry_failed: bool) ->
 def _report_plan(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], todo: Sequence[Run],
                  report: Callable[[str], None]) -> None:
     per_run, source = estimate(protocol, done, todo)
-    report(f"{len(runs)} runs, {len(runs) - len(todo)} done before, {len(todo)} to run: about "
+    left = len(runs) - len(done) - len(todo)  # cells left for a machine of another CPU family (_ours)
+    report(f"{len(runs)} runs, {len(done)} done before, {f'{left} left for another machine, ' if left else ''}"
+           f"{len(todo)} to run: about "
            f"{per_run * len(todo) / 3600:.1f} run-hours at {per_run:.0f} s per run ({source}; runs made at once "
            f"share the wall time)")
 
