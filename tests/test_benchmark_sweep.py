@@ -245,6 +245,27 @@ def test_each_seed_stays_on_one_cpu_family_and_the_reproduce_check_re_runs_a_run
                            report=lambda _: None)
 
 
+def test_a_run_moved_aside_for_its_seeds_family_serves_the_reproduce_check_of_its_own(tmp_path, monkeypatch):
+    """Seed 0 is AMD's; an Intel run of it, moved to aside/, is the only run the Intel machine can repeat: its
+    reproduce check re-runs that one (it still measures its code)."""
+    import shutil
+
+    from feddg.benchmark import sweep as sweep_module
+
+    out, other = tmp_path / "set", tmp_path / "intel_made"
+    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="AMD EPYC 7B13", avx512=False)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1", "Domain2"], [0], report=lambda _: None)
+    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="Intel(R) Xeon(R) Processor", avx512=True)
+    sweep_module.sweep(other, Protocol("fundus"), ["fedavg"], ["Domain3"], [0], report=lambda _: None)
+    (out / "aside").mkdir()
+    shutil.move(str(other / "runs" / "fundus_fedavg_Domain3_seed0"), out / "aside")
+    ran: list = []
+    _fake_executor(monkeypatch, sweep_module, "new-code", ran=ran, cpu="Intel(R) Xeon(R) Processor", avx512=True)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
+                       report=lambda _: None)
+    assert ran == [("fundus_fedavg_Domain3_seed0", sweep_module.REPRODUCE_DIR), ("fundus_fedavg_Domain1_seed1", "set")]
+
+
 def test_a_run_of_another_family_than_its_seeds_is_refused_and_moved_aside(tmp_path):
     """Seed 0's runs are AMD; an Intel run at seed 0 would pair across makers: refused naming it, moved with
     --move-aside-mismatched; an Intel run at seed 1 (a seed of its own) stays."""

@@ -47,7 +47,7 @@ from typing import Any
 
 from feddg.benchmark.executors.base import Cell, CellExecutor, Outcome
 from feddg.benchmark.executors.local import LocalExecutor
-from feddg.benchmark.protocol import (Protocol, Run, first_difference, owned_settings, run_experiment,
+from feddg.benchmark.protocol import (Protocol, Run, first_difference, owned_settings, run_experiment, run_mismatch,
                                       run_overrides, seed_overrides)
 from feddg.benchmark.record import (ASIDE_DIR, INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, finished,
                                     folder_lock, prepare_folder, record_design, run_cpu, run_family, run_records,
