@@ -63,7 +63,8 @@ from feddg.report import machine_info, software_versions
 def write_benchmark_job(out: Path, job: str, rounds: int, paper: bool, cases_per_site: int | None,
                         extra: dict[str, Any] | None = None) -> Path:
     from feddg.flare.registry import merge
-    from feddg.jobs import PAPER_SIZE, write_job
+    from feddg.jobs import PAPER_SIZE
+    from feddg.recipes.export import write_job
 
     overrides: dict[str, Any] = merge(extra or {}, {"train": {"rounds": rounds}})
     if paper:
@@ -87,7 +88,7 @@ def write_protocol_job(out: Path, task: str, rounds: int | None, extra: dict[str
     from feddg.benchmark.protocol import run_overrides
     from feddg.benchmark.sweep import timing_cell
     from feddg.flare.registry import merge
-    from feddg.jobs import write_job
+    from feddg.recipes.export import write_job
 
     protocol, run = timing_cell(task)
     overrides = merge(run_overrides(protocol, run), extra or {})

@@ -22,7 +22,7 @@ from feddg.benchmark.executors.base import Cell, ExecutorError
 from feddg.benchmark.protocol import Run
 from feddg.config import config_from_dict
 from feddg.flare.site_config import AT_EACH_SITE, SiteConfig, SiteConfigError, site_data
-from feddg.jobs import write_job
+from feddg.recipes.export import write_job
 from feddg.provisioning import PROJECT_ADMIN, hospital_admins
 from tests.conftest import LOOPBACK_SITES as SITES
 from tests.conftest import lead_kit_to_closed_port, tiny_experiment

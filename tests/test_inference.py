@@ -302,7 +302,7 @@ def test_evaluate_needs_a_model_or_a_bundle(tmp_path, synthetic_root, capsys):
 
 def test_simulate_opts_the_simulated_sites_in_for_jobs_that_keep_local_models(tmp_path):
     from feddg.simulate import configure_simulated_sites
-    from feddg.jobs import write_job
+    from feddg.recipes.export import write_job
 
     mla_job = write_job(tmp_path / "jobs", "prostate_mlabin")
     plain_job = write_job(tmp_path / "jobs", "prostate_fedavg")

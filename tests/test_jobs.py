@@ -7,13 +7,14 @@ import pytest
 
 from feddg.flare.registry import load_experiment
 from feddg.flare.site_policy import INJECTED_BY_NVFLARE, class_allow_list, component_paths, install_resources
-from feddg.jobs import JOBS, render_job, stale_files
+from feddg.jobs import JOBS
+from feddg.recipes.export import job_files, stale_jobs
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_committed_jobs_equal_the_template():
-    assert stale_files(REPO / "jobs") == [], "run `feddg make-jobs` after changing feddg/jobs.py"
+    assert stale_jobs(REPO / "jobs") == [], "run `feddg make-jobs` after changing feddg/jobs.py"
 
 
 @pytest.mark.parametrize("name", JOBS)
@@ -31,7 +32,7 @@ def test_allow_list_is_the_package_plus_exactly_the_nvflare_classes_jobs_use():
     assert allow[0] == "feddg."
     used = set()
     for name in JOBS:
-        for rel, content in render_job(name).items():
+        for rel, content in job_files(name).items():
             if rel.endswith(".json") and "config_fed_" in rel:
                 used |= component_paths(json.loads(content))
     assert set(allow[1:]) == {p for p in used if p.startswith("nvflare.")} | set(INJECTED_BY_NVFLARE)

@@ -1,7 +1,9 @@
 """Imports run one way: a module imports only from its own layer or the layers below it, the papers' math
 (``feddg.methods``) imports nothing else from the package, and two method folders of the NVFlare glue
-(``feddg.flare.<method>/``) never import each other. Read from the source with ``ast``, so a lazy import inside a
-function counts as much as one at the top.
+(``feddg.flare.<method>/``) never import each other, and no module imports itself back through others (no import
+cycle: a part and its payload contract share their names through a module of plain values, the recipes import the
+job template and not the other way round). Read from the source with ``ast``, so a lazy import inside a function
+counts as much as one at the top.
 
 The layers, lowest first (docs/code-layout.md, "Layout of the code", describes them):
   0. base: the package root, the experiment schema and small utilities every layer uses;
@@ -53,9 +55,11 @@ def imported_modules(path: Path, name: str, root: Path) -> set[str]:
             else:
                 module = node.module or ""
             found.add(module)
-            # ``from feddg.flare import elcfs`` imports the sub-module feddg.flare.elcfs
+            # ``from feddg.flare import elcfs`` imports the sub-package feddg.flare.elcfs, ``from feddg.flare.mla
+            # import part`` the module feddg.flare.mla.part
             folder = root.parent / module.replace(".", "/")
-            found |= {f"{module}.{alias.name}" for alias in node.names if (folder / alias.name).is_dir()}
+            found |= {f"{module}.{alias.name}" for alias in node.names
+                      if (folder / alias.name).is_dir() or (folder / f"{alias.name}.py").is_file()}
     return {m for m in found if m == "feddg" or m.startswith("feddg.")}
 
 
@@ -98,6 +102,65 @@ def violations(root: Path) -> list[str]:
             if mine and theirs and mine != theirs:
                 found.append(f"{name} -> {target}: method folders never import each other")
     return found
+
+
+def import_cycles(root: Path) -> list[list[str]]:
+    """The package's import cycles: each strongly connected group of two or more modules of the import graph
+    (Tarjan's algorithm, iterative), its modules sorted; an import of a package counts as one of its
+    ``__init__``."""
+    files = {module_name(path, root): path for path in sorted(root.rglob("*.py"))}
+    graph = {name: sorted(m for m in imported_modules(path, name, root) if m in files and m != name)
+             for name, path in files.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(graph[start]))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(graph[nxt])))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        cycles.append(sorted(group))
+    return sorted(cycles)
+
+
+def test_no_import_cycles():
+    assert import_cycles(PACKAGE) == []
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_lazy_import(tmp_path):
+    root = tmp_path / "feddg"
+    shutil.copytree(PACKAGE, root)
+    names = root / "flare" / "mla" / "names.py"
+    names.write_text(names.read_text() + "\n\ndef late():\n    from feddg.flare.mla import part\n")
+    assert import_cycles(root) == [["feddg.flare.mla.names", "feddg.flare.mla.part", "feddg.flare.mla.payloads"]]
 
 
 def test_every_module_has_a_layer():

@@ -21,7 +21,7 @@ from feddg.flare.site_policy import class_allow_list, component_entries
 from feddg.jobs import JOBS, client_config, server_config
 from feddg.recipes import FedDGRecipe, job_names
 from feddg.recipes import recipe as recipe_module
-from feddg.recipes.export import export_job, folder_files, stale_jobs
+from feddg.recipes.export import folder_files, stale_jobs, write_job
 from feddg.recipes.main import main
 from feddg.recipes.sim import FedDGSimEnv
 from tests.conftest import LOOPBACK_SITES as SITES
@@ -36,7 +36,7 @@ def exports(tmp_path_factory) -> Path:
     """Every committed job exported once from its recipe."""
     out = tmp_path_factory.mktemp("exports")
     for name in JOBS:
-        export_job(name, out)
+        write_job(out, name)
     return out
 
 

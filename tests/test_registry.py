@@ -96,7 +96,7 @@ def test_hooks_and_server_files_are_read_from_the_parts(toy):
 
 def test_the_sweep_keeps_and_resume_carries_a_plugin_methods_server_file(toy, tmp_path):
     from feddg.benchmark.sweep import kept_files
-    from feddg.jobs import write_job
+    from feddg.recipes.export import write_job
     from feddg.resume import _carried_histories
 
     assert "median_history.json" in kept_files()

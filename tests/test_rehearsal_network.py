@@ -190,7 +190,7 @@ def test_the_small_job_has_three_hospitals_rounds_for_the_drills_and_a_minimum_o
 
 @needs_netns
 def test_a_job_with_sites_outside_the_consortium_is_refused_before_anything_is_made(tmp_path):
-    from feddg.jobs import write_job
+    from feddg.recipes.export import write_job
     from feddg.rehearsal.consortium import setup
     from tests.conftest import tiny_experiment
 

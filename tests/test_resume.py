@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from feddg.flare.controller import ROUNDS_COMPLETED, RUN_ID
-from feddg.jobs import write_job
+from feddg.recipes.export import write_job
 from feddg.resume import resume_job
 from tests.conftest import tiny_experiment
 from tests.test_inference import save_checkpoint

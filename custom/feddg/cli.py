@@ -61,7 +61,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 def _cmd_make_jobs(args: argparse.Namespace) -> int:
     from feddg.config import parse_overrides
     from feddg.flare.registry import merge
-    from feddg.jobs import JOBS, PAPER_SIZE, stale_files, write_job
+    from feddg.jobs import JOBS, PAPER_SIZE
     from feddg.provisioning import stale_projects, write_projects
 
     overrides = merge(PAPER_SIZE if args.paper else {}, parse_overrides(args.overrides or []))
@@ -77,10 +77,14 @@ def _cmd_make_jobs(args: argparse.Namespace) -> int:
     if not args.check and not args.names and not overrides and args.out != "jobs":
         guard_folder(provisioning, "--out (its ../provisioning)", whole=False)
     if args.check:
-        stale = stale_files(Path(args.out)) + stale_projects(provisioning)
+        from feddg.recipes.export import stale_jobs
+
+        stale = stale_jobs(Path(args.out)) + stale_projects(provisioning)
         for path in stale:
             print(f"out of date: {path}")
         return 1 if stale else 0
+    from feddg.recipes.export import write_job
+
     for name in args.names or JOBS:
         print(f"wrote {write_job(Path(args.out), name, overrides or None)}")
     if not args.names and not overrides:

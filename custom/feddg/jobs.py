@@ -136,13 +136,6 @@ def client_config(method_name: str) -> dict[str, Any]:
     }
 
 
-def render_job(name: str, overrides: dict | None = None) -> dict[str, str]:
-    """Relative path -> file content of one job folder: the export of its recipe (:mod:`feddg.recipes`)."""
-    from feddg.recipes.export import job_files
-
-    return job_files(name, overrides)
-
-
 def experiment_file(name: str, experiment_: dict[str, Any]) -> str:
     """The text of a job's ``feddg.yaml``: a header, then ``experiment_`` (from :func:`experiment`) in YAML."""
     header = (
@@ -201,19 +194,3 @@ def override_job(job: Path, overrides: dict[str, Any], out: Path, claim_as: str 
 
 def _json(obj: Any) -> str:
     return json.dumps(obj, indent=2) + "\n"
-
-
-def write_job(out_dir: Path, name: str, overrides: dict | None = None) -> Path:
-    """Export the job ``name``'s recipe (with ``overrides``) to ``out_dir/name``, replacing a folder of that job
-    there (:func:`feddg.recipes.export.export_job`); returns the folder."""
-    from feddg.recipes.export import export_job
-
-    return export_job(name, Path(out_dir), overrides)
-
-
-def stale_files(jobs_dir: Path) -> list[str]:
-    """Files under ``jobs_dir`` that differ from the recipes' exports, are missing or are extra (an ``app/custom``
-    folder is drift); empty when up to date (:func:`feddg.recipes.export.stale_jobs`)."""
-    from feddg.recipes.export import stale_jobs
-
-    return stale_jobs(Path(jobs_dir), JOBS)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from feddg.jobs import write_job
+from feddg.recipes.export import write_job
 from tests.conftest import tiny_experiment
 from tests.processes import processes_naming, run_bounded
 

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from feddg.inference import load_checkpoint
-from feddg.jobs import write_job
+from feddg.recipes.export import write_job
 from feddg.poc import download, prepare, server_errors, start, stop, submit, wait
 from tests.e2e.test_poc_drills import SITES, _experiment
 

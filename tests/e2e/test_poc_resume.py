@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from feddg.jobs import write_job
+from feddg.recipes.export import write_job
 from feddg.poc import admin, download, prepare, start, stop, submit, wait
 from feddg.resume import resume_job
 from tests.e2e.test_poc_drills import SITES, _experiment

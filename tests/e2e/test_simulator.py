@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from feddg.jobs import write_job
+from feddg.recipes.export import write_job
 from tests.processes import run_bounded
 from tests.conftest import tiny_experiment
 

@@ -14,7 +14,8 @@ import pytest
 
 from feddg.flare.registry import register_entry_points, unregister
 from feddg.flare.site_policy import install_resources
-from feddg.jobs import JOBS, render_job
+from feddg.jobs import JOBS
+from feddg.recipes.export import job_files
 from tests.e2e.test_simulator import check_run, make_job, run_job
 from tests.toy_method.plugin import write_plugin
 
@@ -35,7 +36,7 @@ def plugin(tmp_path, monkeypatch):
 
 
 def test_the_plugin_method_is_generated_like_the_projects_own(plugin):
-    files = render_job("prostate_median", {"median": {"trim": 1}})
+    files = job_files("prostate_median", {"median": {"trim": 1}})
     server = json.loads(files["app/config/config_fed_server.json"])
     assert {"id": "aggregator", "path": "tests.toy_method.aggregator.MedianAggregator",
             "args": {"config_file": "feddg.yaml"}} in server["components"]

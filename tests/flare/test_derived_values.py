@@ -18,7 +18,8 @@ from feddg.flare.elcfs.filter import AmplitudeWindowFilter
 from feddg.flare.elcfs.payloads import ELCFSTask, amplitude_half_widths, amplitude_window_dxo
 from feddg.flare.mla.filter import FeatureMatrixFilter
 from feddg.flare.mla.payloads import MLATask, feature_matrix_dxo
-from feddg.jobs import JOBS, render_job
+from feddg.jobs import JOBS
+from feddg.recipes.export import job_files
 from feddg.methods.frequency import amplitude_window
 from feddg.seeds import round_seed, split_seed
 from tests.conftest import tiny_experiment
@@ -85,7 +86,7 @@ def test_no_generated_config_carries_an_experiment_value(name):
     alignment's lambda, timeouts, window sizes, feature widths) is read from feddg.yaml at run time. The one number
     besides the format version is NVFlare's own polling interval, a constant of the package, not of the
     experiment."""
-    files = render_job(name)
+    files = job_files(name)
     engine = {".server.task_request_interval": TASK_REQUEST_INTERVAL}
     for rel in CONFIG_JSON:
         numbers = [(path, value) for path, value in _numbers(json.loads(files[rel]))
@@ -94,7 +95,7 @@ def test_no_generated_config_carries_an_experiment_value(name):
 
 
 def test_editing_the_image_size_of_a_generated_elcfs_job_changes_no_nvflare_config():
-    small, large = render_job("prostate_elcfs"), render_job("prostate_elcfs", {"data": {"image_size": 256}})
+    small, large = job_files("prostate_elcfs"), job_files("prostate_elcfs", {"data": {"image_size": 256}})
     for rel in CONFIG_JSON:
         assert small[rel] == large[rel]
 

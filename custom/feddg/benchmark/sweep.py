@@ -179,7 +179,7 @@ def prepare_cell(run: Run, protocol: Protocol, out: Path, timeout: float, cpu_pi
     """The cell of ``run``, ready for an executor: a fresh ``out/runs/<id>`` (what an unfinished run left there is
     cleared) holding the run's job, written from the template with the protocol and the run's own settings, run
     with the CPU numerics ``cpu_pin`` (:mod:`feddg.numerics`)."""
-    from feddg.jobs import write_job
+    from feddg.recipes.export import write_job
 
     folder = out / "runs" / run.run_id
     if folder.exists():

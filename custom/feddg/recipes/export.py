@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from feddg.jobs import JOBS
 from feddg.recipes.recipe import FedDGRecipe, split_job
 
 
@@ -21,9 +22,10 @@ def recipe_for(name: str, overrides: Mapping[str, Any] | None = None) -> FedDGRe
     return FedDGRecipe(task, method, overrides, name=name)
 
 
-def export_job(name: str, out_dir: Path, overrides: Mapping[str, Any] | None = None) -> Path:
-    """Export the job ``name`` (with ``overrides``) to ``out_dir/name`` and return that folder. NVFlare replaces a
-    folder of the same job there as a whole (RuntimeError when a folder of that name holds another job)."""
+def write_job(out_dir: Path, name: str, overrides: Mapping[str, Any] | None = None) -> Path:
+    """Export the job ``name``'s recipe (with ``overrides``) to ``out_dir/name`` and return that folder. NVFlare
+    replaces a folder of the same job there as a whole (RuntimeError when a folder of that name holds another
+    job). The job template (:mod:`feddg.jobs`) says what a job is; this is where a job folder is written from it."""
     recipe_for(name, overrides).export(str(out_dir))
     return Path(out_dir) / name
 
@@ -37,16 +39,17 @@ def folder_files(folder: Path) -> dict[str, bytes]:
 def job_files(name: str, overrides: Mapping[str, Any] | None = None) -> dict[str, str]:
     """Relative path -> text of every file of the job ``name``'s export (with ``overrides``)."""
     with tempfile.TemporaryDirectory() as tmp:
-        return {rel: content.decode() for rel, content in folder_files(export_job(name, Path(tmp), overrides)).items()}
+        return {rel: content.decode() for rel, content in folder_files(write_job(Path(tmp), name, overrides)).items()}
 
 
-def stale_jobs(jobs_dir: Path, names: Iterable[str]) -> list[str]:
-    """The paths under ``jobs_dir/<name>`` (for each of ``names``) that are not what the recipe exports: files that
-    differ or are missing, and files the export does not have. Empty when every folder is up to date."""
+def stale_jobs(jobs_dir: Path, names: Iterable[str] = JOBS) -> list[str]:
+    """The paths under ``jobs_dir/<name>`` (for each of ``names``, by default the committed jobs) that are not what
+    the recipe exports: files that differ or are missing, and files the export does not have (an ``app/custom``
+    folder is drift). Empty when every folder is up to date."""
     stale: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            expected = folder_files(export_job(name, Path(tmp)))
+            expected = folder_files(write_job(Path(tmp), name))
             have = folder_files(Path(jobs_dir) / name) if (Path(jobs_dir) / name).is_dir() else {}
             for rel in sorted(set(expected) | set(have)):
                 if expected.get(rel) != have.get(rel):

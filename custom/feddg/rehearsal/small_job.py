@@ -7,7 +7,8 @@ import shutil
 from pathlib import Path
 
 from feddg.folders import claim
-from feddg.jobs import TASK_DEFAULTS, write_job
+from feddg.jobs import TASK_DEFAULTS
+from feddg.recipes.export import write_job
 from feddg.rehearsal.consortium import DEAD_CLIENT_GRACE, HEART_BEAT_TIMEOUT
 
 SMALL_SITES = ["BIDMC", "BMC", "RUNMC"]  # the small job's hospitals; RUNMC is its unseen site

@@ -15,21 +15,12 @@ from typing import TYPE_CHECKING, Any
 from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.elcfs import settings
+from feddg.flare.elcfs.names import DEFAULT_MAX_HALF_WIDTH, ELCFSTask
 from feddg.flare.method_spec import Component, MethodPart, Section, SiteLimit, TaskFilter
 
 if TYPE_CHECKING:
     from nvflare.apis.dxo import DXO
 
-
-class ELCFSTask:
-    """The tasks of the amplitude exchange."""
-
-    AMPLITUDE_SPECTRA = "amplitude_spectra"  # nothing in, the site's amplitude windows out (training sites)
-    AMPLITUDE_BANK = "amplitude_bank"  # the distribution bank in, an acknowledgement out
-
-
-DEFAULT_MAX_HALF_WIDTH = 8  # a site's cap when its policy names none: at most 17 x 17 values per channel
-# (alpha 0.01 of an 800 px image)
 
 _GUARD = Component("feddg.flare.elcfs.filter.AmplitudeWindowFilter", {"config_file": CONFIG_FILE})
 

@@ -19,7 +19,7 @@ import numpy as np
 from nvflare.apis.dxo import DXO
 
 from feddg.config import ConfigError, FedDGConfig
-from feddg.flare.elcfs.part import DEFAULT_MAX_HALF_WIDTH, ELCFSTask  # noqa: F401 - the exchange's names
+from feddg.flare.elcfs.names import DEFAULT_MAX_HALF_WIDTH, ELCFSTask  # noqa: F401 - the exchange's names
 from feddg.flare.payloads import PayloadRejected, check_declared_meta
 from feddg.methods.frequency import window_half_widths
 

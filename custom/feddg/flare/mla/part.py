@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from feddg.config import FedDGConfig
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.method_spec import Component, MethodPart, SavedModel, Section, SiteLimit, TaskFilter
+from feddg.flare.mla.names import DEFAULT_MAX_FEATURE_WIDTH, SHARE_LOCAL_MODEL, MLATask
 from feddg.flare.mla.settings import MLASettings
 from feddg.report import REPORT_FILE
 
@@ -19,18 +20,6 @@ if TYPE_CHECKING:
     from nvflare.apis.dxo import DXO
 
 
-class MLATask:
-    """The tasks of MLA after the rounds."""
-
-    MLA_FEATURES = "mla_features"  # the shared encoder in, the site's feature matrix out (training sites)
-    MLA_EVALUATE = "mla_evaluate"  # the bundle in, metrics of the attention-combined model out (every site)
-
-
-# Meta key of a training result: True when the site's own local/feddg_site.json lets the server keep its final local
-# model (absent otherwise); only the site can set it.
-SHARE_LOCAL_MODEL = "share_local_model"
-DEFAULT_MAX_FEATURE_WIDTH = 512  # a site's cap when its policy names none: feature values per image (the jobs
-# send 128; a 32 x 32 image would need 1024)
 KEEPER_ID = "local_model_keeper"
 
 

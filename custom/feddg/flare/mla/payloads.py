@@ -26,7 +26,7 @@ from nvflare.apis.dxo import DXO
 
 from feddg.flare.payloads import (EVALUATE_META, NVFLARE_META, PayloadRejected, check_declared_meta,
                                   check_scalar_meta, check_split_summaries, required)
-from feddg.flare.mla.part import DEFAULT_MAX_FEATURE_WIDTH, SHARE_LOCAL_MODEL, MLATask  # noqa: F401 - MLA's names
+from feddg.flare.mla.names import DEFAULT_MAX_FEATURE_WIDTH, SHARE_LOCAL_MODEL, MLATask  # noqa: F401 - MLA's names
 from feddg.methods.mla.features import check_feature_matrix
 
 
