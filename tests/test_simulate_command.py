@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from feddg.cli import main
-from feddg.simulate import deploy_map_sites, simulator_threads
+from feddg.simulate import SIMULATOR_MODULE, deploy_map_sites, simulator_threads
 
 JOB = Path(__file__).resolve().parents[1] / "jobs" / "prostate_ga"
 
@@ -53,4 +53,4 @@ def test_flags_before_and_after_dashes_reach_the_simulator_without_the_dashes(tm
     ws = tmp_path / "ws"
     with pytest.raises(SystemExit):
         main(["simulate", str(JOB), "-w", str(ws), "-n", "6", "--", "-t", "2"])
-    assert commands[0][1:] == ["simulator", str(JOB), "-w", str(ws), "-n", "6", "-t", "2"]
+    assert commands[0][1:] == ["-m", SIMULATOR_MODULE, str(JOB), "-w", str(ws), "-n", "6", "-t", "2"]

@@ -12,17 +12,24 @@ from feddg.compute import SITE_PROCESSES_ENV, concurrent_runs_from_env
 from feddg.folders import SIMULATOR_KEEPS, claim, guard_folder
 from feddg.numerics import cpu_pin_mode, pinned_environment
 
+# NVFlare 2.9's simulator runner: what ``nvflare simulator`` and the Recipe API's SimEnv run, with the same flags,
+# started as a module so that its output carries no notice of the deprecated ``nvflare simulator`` command
+# (checked in the 2.9.0 source: nvflare/cli.py prints it, then calls this module's run_simulator).
+SIMULATOR_MODULE = "nvflare.private.fed.app.simulator.simulator"
+
 
 def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
-    """Install the site policy in the simulator workspace, then hand over to ``nvflare simulator``.
+    """Install the site policy in the simulator workspace, then hand over to NVFlare's simulator.
 
     NVFlare 2.9's simulator enforces each site's class allow-list for jobs without custom code, as a real site
     does; a fresh workspace has none, so the job's ``feddg`` components would be refused. The simulator keeps
     ``<workspace>/local`` across runs and copies it to every site, so this is done once per workspace. ``overrides``
     (``--set`` assignments) run a copy of the job written beside the workspace; ``rest`` are the simulator's flags.
-    Replaces this process with ``nvflare simulator`` (returns only on an error before that)."""
+    Replaces this process with NVFlare's simulator runner (:data:`SIMULATOR_MODULE`; returns only on an error
+    before that)."""
+    import importlib.util
     import os
-    import shutil
+    import sys
 
     from feddg.flare.site_policy import install_resources
 
@@ -51,19 +58,18 @@ def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
         path, settings = configured
         print(f"this job asks the sites' own settings {settings}; all simulated sites are yours, so {path} sets "
               f"them", flush=True)
-    nvflare = shutil.which("nvflare")
-    if nvflare is None:
-        raise OSError("the nvflare command is not on PATH; install the requirements first")
+    if importlib.util.find_spec(SIMULATOR_MODULE.rpartition(".")[0]) is None:
+        raise OSError("NVFlare's simulator is not installed (no nvflare package); install the requirements first")
     pin = pinned_environment(cpu_pin_mode())  # FEDDG_CPU_PIN: the site processes inherit it (feddg.numerics)
     os.environ.update(pin)
     if len(pin) > 1:
         print(f"CPU numerics pinned: {' '.join(f'{k}={v}' for k, v in pin.items())}", flush=True)
     rest, site_processes = simulator_threads(Path(job), rest)
     site_processes *= concurrent_runs_from_env()  # every site process on the host: the sweep's runs at once
-    command = [nvflare, "simulator", job, "-w", str(workspace_path), *rest]
+    command = [sys.executable, "-m", SIMULATOR_MODULE, job, "-w", str(workspace_path), *rest]
     os.environ[SITE_PROCESSES_ENV] = str(site_processes)
-    print(f"running: {SITE_PROCESSES_ENV}={site_processes} {' '.join(command)}", flush=True)
-    os.execv(nvflare, command)
+    print(f"running NVFlare's simulator: {SITE_PROCESSES_ENV}={site_processes} {' '.join(command[2:])}", flush=True)
+    os.execv(sys.executable, command)
     return 1  # not reached
 
 

@@ -374,6 +374,10 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             timeout=cfg.eval.timeout or cfg.train.task_timeout,
             wait_time_after_min_received=cfg.eval.timeout or cfg.train.task_timeout,
         )
+        if len(results) > 1:  # NVFlare 2.9 warns whenever the results outnumber min_responses; here that is wanted
+            self.info(f"evaluation of the {name} model: {len(results)} of {len(sites)} sites answered (NVFlare's "
+                      f"'Number of results ... expected responses (1)' above is expected: the evaluation needs one "
+                      f"answer to go on and waits for every site)")
         evaluation: dict[str, Any] = {"rounds_trained": rounds_trained, "sites": {}, "missing_sites": []}
         for result in results:
             site = result.meta.get("client_name", "?")
@@ -416,10 +420,9 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         path = os.path.join(self.get_run_dir(), self.report_file)
         write_report(path, report)
         stream_rows(self, self.fl_ctx, rows, self.num_rounds)
-        table = format_table(rows)
-        self.info(f"leave-one-site-out report (also in {path}):\n{table}")
-        print(f"\nFedDG leave-one-site-out report, unseen site {cfg.data.unseen_site} "
-              f"(best = after {self._best['round']} rounds; JSON: {path})\n{table}\n", flush=True)
+        # once, through the server's log: on the console of a simulator run, in the server's log file of a deployment
+        self.info(f"FedDG leave-one-site-out report, unseen site {cfg.data.unseen_site} (best = after "
+                  f"{self._best['round']} rounds; JSON: {path})\n{format_table(rows)}\n")
 
     def _stream(self, tag: str, value: float, step: int) -> None:
         stream_scalar(self, self.fl_ctx, tag, value, step)
