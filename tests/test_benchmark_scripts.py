@@ -77,13 +77,14 @@ def test_round_time_breaks_a_protocol_run_into_its_parts_beside_nvflares_own_rou
     assert "| end-of-run evaluation (final and best model, every site) |" in markdown
     assert "| NVFlare's trivial job (ScatterAndGather, NumPy, nothing to compute) |" in markdown
     assert "| NVFlare's PyTorch FedAvg recipe (same U-Net, data, batches, threads) |" in markdown
+    # the recipe's clients ran our client script (anchor_train.py), shipped in the exported job
+    assert list((tmp_path / "rt" / "anchors" / "recipe_export").rglob("anchor_train.py"))
 
 
 def test_an_anchors_round_times_come_from_the_server_log(tmp_path):
     """Both log shapes: ScatterAndGather's one-line record and FedAvg's framed message (the words on a later line);
     round 0 (data loading) is left out."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from anchors import round_times
+    from benchmarks.anchors import round_times
 
     log = tmp_path / "log"
     log.write_text("2026-11-28 09:00:00,000 - INFO - Round 0 started.\n"
