@@ -4,7 +4,6 @@ committed reference of the suite machine's family re-run there, and the referenc
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
