@@ -282,9 +282,9 @@ def reproduce_cells(out: Path, records: dict[str, dict], protocol: Protocol,
                     family: str = "unknown") -> dict[str, dict]:
     """Method -> the run the reproduce check re-runs for it, for every method with a finished run in the folder: a
     finished run of the sweep's numbers ``family`` (a run repeats only on its own: :mod:`feddg.numerics`; any
-    family when the sweep's is unknown), from the folder's runs or else from those moved aside under this protocol
-    (a run moved for its seed's family still measures its code), seed 0 where there is one, on the held-out site
-    with the fewest per-case scores (the quickest; ties by name). ConfigError naming the method and the family when
+    family when the sweep's is unknown), among the folder's runs and those moved aside under this protocol (a run
+    moved for its seed's family still measures its code), seed 0 where there is one, on the held-out site with the
+    fewest per-case scores (the quickest; ties by name). ConfigError naming the method and the family when
     a method has no such run: then nothing is run or written."""
     done = finished(records.values())
     aside = [r for name, r in run_records(out, under=ASIDE_DIR).items()
