@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from feddg.flare.timings import TIMINGS_FILE, read_timings, server_phases, server_rounds
 from feddg.recipes.export import write_job
 from tests.processes import run_bounded
 from tests.conftest import tiny_experiment
@@ -102,8 +103,9 @@ def test_prostate_fedavg_all_sites_at_once_equals_one_at_a_time(tmp_path, synthe
     for key in one:
         assert parallel[key] == pytest.approx(one[key], abs=1e-6), key
     assert reports["parallel"]["models"]["final"]["sites"]["RUNMC"]["splits"]["test"]["unit"] == "mm"
-    timings = (tmp_path / "ws_parallel" / "server" / "simulate_job" / "feddg_timings.jsonl").read_text().splitlines()
-    assert [json.loads(line)["round"] for line in timings] == list(range(rounds))
+    timings = read_timings(tmp_path / "ws_parallel" / "server" / "simulate_job" / TIMINGS_FILE)
+    assert [record["round"] for record in server_rounds(timings)] == list(range(rounds))
+    assert {"site_info", "evaluate_final", "report"} <= set(server_phases(timings))
 
 
 def test_fundus_fedavg(tmp_path, synthetic_root):

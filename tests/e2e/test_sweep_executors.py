@@ -20,7 +20,7 @@ import pytest
 from feddg.benchmark.protocol import Protocol
 from feddg.benchmark.sweep import case_scores_of, sweep
 from feddg.cli import main
-from feddg.compute import available_cores
+from feddg.compute import SITE_PROCESSES_ENV, available_cores
 from feddg.process_tree import kill_tree
 
 pytestmark = pytest.mark.slow
@@ -40,8 +40,9 @@ def _records(out: Path) -> dict[str, dict]:
 
 
 def _site_processes(log: str) -> int:
-    line = next(line for line in log.splitlines() if line.startswith("running: FEDDG_SITE_PROCESSES="))
-    return int(line.split("=", 1)[1].split()[0])
+    prefix = f"running NVFlare's simulator: {SITE_PROCESSES_ENV}="
+    line = next(line for line in log.splitlines() if line.startswith(prefix))
+    return int(line[len(prefix):].split()[0])
 
 
 @pytest.mark.skipif(available_cores() < 2, reason="two runs at once need two cores")
