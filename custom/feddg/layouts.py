@@ -98,6 +98,9 @@ class Layout:
         return self._files(self.mask_folder, self.mask_name)
 
 
+# What the two PNG layouts share: one file per slice, in train/ and test/ folders.
+_PNG_SLICES = {"split_folders": True, "suffixes": (".png",), "volumes": False}
+
 _DECLARED = (
     Layout(
         name="saml_nifti",
@@ -121,17 +124,15 @@ _DECLARED = (
     ),
     Layout(
         name="slice_png",
+        **_PNG_SLICES,
         task="prostate",
         description="prostate MRI slices as 8-bit grayscale PNGs, one file per slice; the mask is inverted "
                     "(prostate = 0, background = 255)",
-        split_folders=True,
         image_folder=("image",),
         mask_folder=("mask",),
         image_name="<case>_<slice>",
         mask_name="<case>_<slice>",
-        suffixes=(".png",),
         channels=1,
-        volumes=False,
         intensity="zscore",
         square_crop=False,
         mask_values=frozenset({0, 255}),
@@ -141,17 +142,15 @@ _DECLARED = (
     ),
     Layout(
         name="dofe_png",
+        **_PNG_SLICES,
         task="fundus",
         description="DoFE fundus regions of interest: RGB PNG images; 3-channel PNG masks with cup = 0, rim = 128, "
                     "background = 255 (disc = rim and cup)",
-        split_folders=True,
         image_folder=("ROIs", "image"),
         mask_folder=("ROIs", "mask"),
         image_name="<name>",
         mask_name="<name>",
-        suffixes=(".png",),
         channels=3,
-        volumes=False,
         intensity="unit_range",
         square_crop=True,
         mask_values=frozenset({0, 128, 255}),

@@ -87,26 +87,19 @@ class MRIStyle:
     pz: float  # tissue contrast of the sequence: peripheral-zone signal (central gland is 0.40)
 
 
-def _mri(spacing: tuple[float, float, float], dtype: str, scale: float, **kw: float) -> MRIStyle:
-    return MRIStyle(spacing=spacing, dtype=dtype, scale=scale, **kw)
-
-
 # Each site sits at a different corner of style space; RUNMC (the default unseen site) is the
-# middle-of-the-road one. BIDMC alone has an endorectal coil, as in the real collection.
-PROSTATE_STYLES: dict[str, MRIStyle] = {
-    "BIDMC": _mri((0.63, 0.63, 3.0), "int16", 1000.0, gamma=1.00, contrast=1.00, offset=0.00, bias=0.20,
-                  bias_angle=90.0, coil=1.5, noise=0.030, blur=0.0, downsample=1.00, zoom=1.00, fat=0.72, pz=0.58),
-    "BMC": _mri((0.50, 0.50, 4.0), "float32", 1.0, gamma=0.55, contrast=1.10, offset=0.02, bias=0.20,
-                bias_angle=0.0, coil=0.0, noise=0.060, blur=0.0, downsample=1.00, zoom=1.10, fat=0.85, pz=0.68),
-    "HK": _mri((0.70, 0.70, 3.6), "int16", 2500.0, gamma=1.50, contrast=0.90, offset=0.06, bias=0.30,
-               bias_angle=180.0, coil=0.0, noise=0.015, blur=1.0, downsample=2.00, zoom=0.90, fat=0.62, pz=0.48),
-    "I2CVB": _mri((0.45, 0.45, 3.2), "float32", 400.0, gamma=0.85, contrast=1.20, offset=0.00, bias=0.15,
-                  bias_angle=270.0, coil=0.0, noise=0.100, blur=0.0, downsample=1.00, zoom=1.25, fat=0.58, pz=0.66),
-    "RUNMC": _mri((0.60, 0.60, 3.6), "int16", 1500.0, gamma=1.15, contrast=1.00, offset=0.03, bias=0.25,
-                  bias_angle=200.0, coil=0.0, noise=0.035, blur=0.5, downsample=1.25, zoom=1.00, fat=0.75, pz=0.55),
-    "UCL": _mri((0.80, 0.80, 3.5), "int16", 800.0, gamma=2.20, contrast=0.95, offset=0.08, bias=0.60,
-                bias_angle=315.0, coil=0.0, noise=0.010, blur=0.8, downsample=1.50, zoom=0.80, fat=0.88, pz=0.46),
+# middle-of-the-road one. BIDMC alone has an endorectal coil, as in the real collection. A row per site, a
+# column per MRIStyle field, in its order.
+_STYLE_TABLE: dict[str, tuple] = {
+    #        spacing             dtype      scale   gamma contrast offset bias  bias_angle coil noise  blur downsample zoom  fat   pz
+    "BIDMC": ((0.63, 0.63, 3.0), "int16",   1000.0, 1.0,  1.0,     0.0,   0.2,  90.0,      1.5, 0.03,  0.0, 1.0,       1.0,  0.72, 0.58),
+    "BMC":   ((0.5, 0.5, 4.0),   "float32", 1.0,    0.55, 1.1,     0.02,  0.2,  0.0,       0.0, 0.06,  0.0, 1.0,       1.1,  0.85, 0.68),
+    "HK":    ((0.7, 0.7, 3.6),   "int16",   2500.0, 1.5,  0.9,     0.06,  0.3,  180.0,     0.0, 0.015, 1.0, 2.0,       0.9,  0.62, 0.48),
+    "I2CVB": ((0.45, 0.45, 3.2), "float32", 400.0,  0.85, 1.2,     0.0,   0.15, 270.0,     0.0, 0.1,   0.0, 1.0,       1.25, 0.58, 0.66),
+    "RUNMC": ((0.6, 0.6, 3.6),   "int16",   1500.0, 1.15, 1.0,     0.03,  0.25, 200.0,     0.0, 0.035, 0.5, 1.25,      1.0,  0.75, 0.55),
+    "UCL":   ((0.8, 0.8, 3.5),   "int16",   800.0,  2.2,  0.95,    0.08,  0.6,  315.0,     0.0, 0.01,  0.8, 1.5,       0.8,  0.88, 0.46),
 }
+PROSTATE_STYLES: dict[str, MRIStyle] = {site: MRIStyle(*row) for site, row in _STYLE_TABLE.items()}
 
 
 @dataclass(frozen=True)
