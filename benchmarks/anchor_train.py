@@ -13,7 +13,8 @@ import nvflare.client as flare
 import torch
 
 from feddg.compute import apply_thread_budget
-from feddg.config import load_config
+from feddg.experiment import load_experiment
+from feddg.flare import registry  # noqa: F401 - registers the methods' feddg.yaml sections
 from feddg.data.dataset import load_site, make_loader
 from feddg.evaluation import validation_scores
 from feddg.nets.unet import build_model, select_device
@@ -28,7 +29,7 @@ def main() -> None:
     args = parser.parse_args()
     flare.init()
     site = flare.get_site_name()
-    cfg = load_config(args.config)
+    cfg = load_experiment(args.config)
     apply_thread_budget()
     device = select_device()
     data = load_site(cfg.data, site)

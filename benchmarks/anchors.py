@@ -106,9 +106,10 @@ def recipe_job(out: Path, feddg_yaml: Path, clients: list[str], rounds: int) -> 
         from nvflare.app_opt.pt.recipes.fedavg import FedAvgRecipe
     except ImportError as e:
         raise AnchorUnavailable(f"NVFlare's PyTorch FedAvg recipe cannot be built here: {e}") from None
-    from feddg.config import load_config
+    from feddg.experiment import load_experiment
+    from feddg.flare import registry  # noqa: F401 - registers the methods' feddg.yaml sections
 
-    cfg = load_config(feddg_yaml)
+    cfg = load_experiment(feddg_yaml)
     # The network as the recipe's model config (class and arguments: what feddg.nets.unet.build_model passes), so
     # that the server builds exactly our U-Net.
     model = {"class_path": "feddg.nets.unet.FedDGUNet",
@@ -128,16 +129,14 @@ def recipe_job(out: Path, feddg_yaml: Path, clients: list[str], rounds: int) -> 
     return job
 
 
-class NVFlareSimulatorRun(SimulatorRun):
+def nvflare_simulator_run(job: Path, workspace: Path, log: Path, clients: list[str]) -> SimulatorRun:
     """The shared launcher (a session of its own; on a timeout every process it started is stopped) around a plain
     ``nvflare simulator`` command, one process per client: the anchors are NVFlare's jobs, not ours, so they do not
     go through ``feddg simulate``. The clients get the sites' thread budget (``FEDDG_SITE_PROCESSES``), which
     :mod:`anchor_train` applies as our sites do."""
-
-    def __init__(self, job: Path, workspace: Path, log: Path, clients: list[str]) -> None:
-        super().__init__(job, workspace, log, env={SITE_PROCESSES_ENV: str(len(clients))})
-        self.command = [shutil.which("nvflare") or "nvflare", "simulator", str(job), "-w", str(workspace),
-                        "-t", str(len(clients)), "-c", ",".join(clients)]
+    command = [shutil.which("nvflare") or "nvflare", "simulator", str(job), "-w", str(workspace),
+               "-t", str(len(clients)), "-c", ",".join(clients)]
+    return SimulatorRun(job, workspace, log, env={SITE_PROCESSES_ENV: str(len(clients))}, command=command)
 
 
 def run_anchor(job: Path, workspace: Path, clients: list[str], timeout: float) -> dict[str, Any]:
@@ -146,7 +145,7 @@ def run_anchor(job: Path, workspace: Path, clients: list[str], timeout: float) -
     if workspace.exists():
         shutil.rmtree(workspace)
     log = workspace.parent / f"{workspace.name}.log"
-    ended = run_simulator(NVFlareSimulatorRun(job, workspace, log, clients), timeout)
+    ended = run_simulator(nvflare_simulator_run(job, workspace, log, clients), timeout)
     times = round_times(log) if log.exists() else []
     if ended.status != "ok" or ended.returncode != 0 or not times:
         raise RuntimeError(f"{job.name}: {ended.reason or f'exit {ended.returncode}'}"

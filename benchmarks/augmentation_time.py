@@ -69,8 +69,9 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from feddg.flare.registry import load_experiment
     from feddg.data.dataset import load_site, make_loader
+    from feddg.experiment import load_experiment
+    from feddg.flare import registry  # noqa: F401 - registers the methods' feddg.yaml sections
 
     cfg = load_experiment(JOBS / args.job / "app" / "config" / "feddg.yaml")
     site = args.site or cfg.data.train_sites[0]

@@ -1,5 +1,5 @@
 """Does a run repeat bit for bit on this machine's CPU family? Two tiny jobs (fundus and prostate FedAvg, one round
-of one epoch at 32 px), run with the benchmark's CPU numerics (``feddg.benchmark.sweep.SWEEP_CPU_PIN``): the
+of one epoch at 32 px), run with the benchmark's CPU numerics (``feddg.benchmark.cells.SWEEP_CPU_PIN``): the
 SHA-256 of the final global model's weights and every per-case score, written as a reference with the CPU that made
 them and its numbers family (:func:`feddg.numerics.numbers_family`: the CPU's maker and kernels), and re-run and
 compared on any machine.
@@ -30,12 +30,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from feddg.benchmark.cells import SWEEP_CPU_PIN
 from feddg.benchmark.launch import SERVER_RUN
-from feddg.benchmark.sweep import SWEEP_CPU_PIN
 from feddg.benchmark.protocol import first_difference
-from feddg.benchmark.sweep import case_scores_of
-from feddg.numerics import CPU_PIN_MODES, cpu_flags, numbers_family, pinned_environment
-from feddg.report import REPORT_FILE, code_fingerprint, cpu_model
+from feddg.benchmark.reproduce import case_scores_of
+from feddg.numerics import CPU_PIN_MODES, cpu_flags, cpu_model, host_family, numbers_family, pinned_environment
+from feddg.report import REPORT_FILE, code_fingerprint
 from feddg.resume import CHECKPOINT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,8 +57,8 @@ def cpu_kind() -> str:
 
 
 def family_here(pin: str = PIN) -> str:
-    """This machine's numbers family for runs made with ``pin`` (:func:`feddg.numerics.numbers_family`)."""
-    return numbers_family(cpu_model(), pin, cpu_kind() == "avx512")
+    """This machine's numbers family for runs made with ``pin`` (:func:`feddg.numerics.host_family`)."""
+    return host_family(pin)
 
 
 def reference_path(family: str) -> Path:

@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from feddg.flare.registry import experiment_from_dict
 from feddg.data.dataset import load_site, make_loader
+from feddg.experiment import experiment_from_dict
 from feddg.flare.elcfs.payloads import amplitude_half_widths
 from feddg.jobs import experiment
 from feddg.methods.boundary import boundary_loss

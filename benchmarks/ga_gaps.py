@@ -88,7 +88,7 @@ def controls_from(folder: Path, controls: Path, control: str, method: str) -> li
     the code of every ``method`` run of ``folder`` (it made runs there, or a reproduce check admitted it)."""
     from feddg.benchmark.protocol import Protocol, run_mismatch
     from feddg.benchmark.record import recorded_protocol, run_records
-    from feddg.benchmark.sweep import admitted_codes
+    from feddg.benchmark.reproduce import admitted_codes
     from feddg.jobs import experiment
 
     settings, _ = recorded_protocol(folder)
@@ -121,7 +121,7 @@ def controls_from(folder: Path, controls: Path, control: str, method: str) -> li
 
 def diagnose(records: Sequence[dict[str, Any]], method: str, control: str) -> list[dict[str, Any]]:
     """One row per finished run of ``method`` (held-out site, seed order); ``records`` also hold the control's."""
-    from feddg.benchmark.results import seed_dice
+    from feddg.benchmark.scores import seed_dice
 
     dice = seed_dice(records)
     rows = []
@@ -146,7 +146,7 @@ def summarise(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
               control: str) -> list[dict[str, Any]]:
     """Per held-out site: seeds, the mean of each diagnostic, the paired difference to ``control`` with seeds as the
     unit (None without a paired seed), and how often each site ended with the most weight."""
-    from feddg.benchmark.results import case_scores
+    from feddg.benchmark.scores import case_scores
     from feddg.benchmark.stats import compare_seeds
 
     scores = case_scores(records)
@@ -221,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                       "the folder itself), each checked against the folder's protocol")
     parser.add_argument("--out", type=Path, help="where to write ga_gaps.md/.json (default: the folder)")
     args = parser.parse_args(argv)
-    from feddg.benchmark.results import load_records
+    from feddg.benchmark.scores import load_records
 
     try:
         out = guard_folder(args.out or args.folder, "--out", whole=False)  # two files of its own, replaced by name

@@ -14,7 +14,7 @@ import time
 import numpy as np
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
-from feddg.flare.registry import experiment_from_dict
+from feddg.experiment import experiment_from_dict
 from feddg.flare.gradalign.aggregator import GradientAlignmentAggregator
 from feddg.jobs import experiment
 from feddg.nets.unet import build_model

@@ -141,9 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-timeout", type=seconds, default=3600)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/pilot_rounds"))
     args = parser.parse_args(argv)
-    from feddg.config import parse_overrides
-    from feddg.flare.registry import merge
-    from feddg.jobs import TASK_DEFAULTS
+    from feddg.experiment import TASK_DEFAULTS, merge, parse_overrides
 
     if args.rounds < 5:
         parser.error("--rounds must be at least 5 (a fifth of the rounds must be a round)")

@@ -47,9 +47,11 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from feddg.benchmark.cells import SWEEP_CPU_PIN
 from feddg.benchmark.launch import SimulatorRun, run_simulator
-from feddg.benchmark.sweep import SWEEP_CPU_PIN, TIMING_HELD_OUT
+from feddg.benchmark.sweep import TIMING_HELD_OUT
 from feddg.compute import SITE_PROCESSES_ENV
+from feddg.config import FedDGConfig
 from feddg.flare.constants import SIMULATOR_JOB
 from feddg.flare.timings import TIMINGS_FILE, read_timings, server_phases, server_rounds
 from feddg.folders import claim, guard_folder
@@ -60,10 +62,17 @@ from feddg.report import machine_info, software_versions
 # ------------------------------------------------------------------------------------------------ the job
 
 
+def job_experiment(job_dir: Path) -> FedDGConfig:
+    """A job folder's validated ``feddg.yaml``, its method's section included."""
+    from feddg.experiment import load_experiment
+    from feddg.flare import registry  # noqa: F401 - registers the methods' feddg.yaml sections
+
+    return load_experiment(job_dir / "app" / "config" / "feddg.yaml")
+
+
 def write_benchmark_job(out: Path, job: str, rounds: int, paper: bool, cases_per_site: int | None,
                         extra: dict[str, Any] | None = None) -> Path:
-    from feddg.flare.registry import merge
-    from feddg.jobs import PAPER_SIZE
+    from feddg.experiment import PAPER_SIZE, merge
     from feddg.recipes.export import write_job
 
     overrides: dict[str, Any] = merge(extra or {}, {"train": {"rounds": rounds}})
@@ -87,7 +96,7 @@ def write_protocol_job(out: Path, task: str, rounds: int | None, extra: dict[str
     ``extra`` settings on top (``--set``: a tiny setting for tests)."""
     from feddg.benchmark.protocol import run_overrides
     from feddg.benchmark.sweep import timing_cell
-    from feddg.flare.registry import merge
+    from feddg.experiment import merge
     from feddg.recipes.export import write_job
 
     protocol, run = timing_cell(task)
@@ -221,7 +230,6 @@ def _local_site(job_dir: str, site: str, rounds: int, barrier, queue) -> None:
     import torch
 
     from feddg.compute import apply_thread_budget
-    from feddg.config import load_config
     from feddg.data.dataset import load_site, make_loader
     from feddg.evaluation import validation_scores
     from feddg.nets.unet import build_model, select_device
@@ -230,7 +238,7 @@ def _local_site(job_dir: str, site: str, rounds: int, barrier, queue) -> None:
     from feddg.training import local_optimizer, train_epochs
 
     apply_thread_budget()
-    cfg = load_config(Path(job_dir) / "app" / "config" / "feddg.yaml")
+    cfg = job_experiment(Path(job_dir))
     device = select_device()
     data = load_site(cfg.data, site)
     model = build_model(cfg).to(device)
@@ -255,9 +263,8 @@ def _local_site(job_dir: str, site: str, rounds: int, barrier, queue) -> None:
 def run_local(job_dir: Path, rounds: int, site_processes: int, timeout: float) -> dict[str, Any]:
     """Every training site's local training at once, rounds in step; per round the wall time until the last site
     is done."""
-    from feddg.config import load_config
 
-    cfg = load_config(job_dir / "app" / "config" / "feddg.yaml")
+    cfg = job_experiment(job_dir)
     sites = cfg.data.train_sites
     ctx = mp.get_context("spawn")  # a fresh interpreter per site, as NVFlare's site processes
     barrier, queue = ctx.Barrier(len(sites)), ctx.Queue()
@@ -353,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.protocol and (args.paper or args.cases_per_site is not None):
         parser.error("--protocol runs the sweep's protocol as it is: leave out --paper and --cases-per-site")
 
-    from feddg.config import ConfigError, parse_overrides
+    from feddg.config import ConfigError
+    from feddg.experiment import parse_overrides
 
     try:
         extra = parse_overrides(args.set)
@@ -374,11 +382,10 @@ def main(argv: list[str] | None = None) -> int:
             name = args.job
     except ConfigError as e:
         parser.error(str(e))
-    from feddg.config import load_config
     from feddg.simulate import simulator_threads
     from feddg.flare.constants import TASK_REQUEST_INTERVAL
 
-    rounds = load_config(job_dir / "app" / "config" / "feddg.yaml").train.rounds
+    rounds = job_experiment(job_dir).train.rounds
     _, site_processes = simulator_threads(job_dir, simulator_args)
     print(f"federated: {job_dir} in the simulator ({site_processes} site processes at once) ...", flush=True)
     results: dict[str, Any] = {
@@ -410,9 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.anchors:
         import anchors
 
-        from feddg.config import load_config as _load
-
-        train_sites = _load(job_dir / "app" / "config" / "feddg.yaml").data.train_sites
+        train_sites = job_experiment(job_dir).data.train_sites
         anchored = anchors.measure(out / "anchors", job_dir / "app" / "config" / "feddg.yaml", train_sites,
                                    max(args.anchor_rounds, 3), args.timeout)
     results.update(federated=federated, federated_summary=summary(federated, local), local=local, anchors=anchored)

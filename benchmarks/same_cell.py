@@ -25,8 +25,8 @@ from typing import Any
 
 from feddg.benchmark.protocol import as_json, differences, first_difference
 from feddg.benchmark.record import finished
-from feddg.benchmark.results import seed_dice
-from feddg.benchmark.sweep import case_scores_of
+from feddg.benchmark.scores import seed_dice
+from feddg.benchmark.reproduce import case_scores_of
 from feddg.folders import guard_folder
 
 

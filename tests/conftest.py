@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from feddg.config import SyntheticConfig
-from feddg.jobs import TASK_DEFAULTS
+from feddg.experiment import TASK_DEFAULTS
+from feddg.flare import registry  # noqa: F401 - every test validates with the methods' sections registered
 from feddg.rehearsal.network import missing_privileges
 
 # As feddg.nets.unet.select_device does for the sites: denormal floats make small CPU nets ~20x slower.

@@ -10,6 +10,7 @@ import numpy as np
 
 import pytest
 
+from feddg.benchmark.reproduce import REPRODUCE_DIR, admitted_codes
 from feddg.benchmark.sweep import Protocol, Run, plan, prepare_folder, run_experiment, seed_overrides
 from feddg.folders import COMMITTED_JOBS
 from feddg.config import ConfigError
@@ -64,7 +65,7 @@ def test_the_tables_are_rewritten_after_every_run_and_finished_runs_are_not_redo
 
 
 def _record(method: str, site: str, seed: int, dice: dict[str, float]) -> dict:
-    from feddg.jobs import TASK_DEFAULTS
+    from feddg.experiment import TASK_DEFAULTS
 
     config = copy.deepcopy(TASK_DEFAULTS["fundus"])
     test = {name: {"dice": {"mean": value}, "hd95": {"mean": 3.0}, "asd": {"mean": 1.0}}
@@ -74,7 +75,7 @@ def _record(method: str, site: str, seed: int, dice: dict[str, float]) -> dict:
 
 
 def test_the_seed_spread_lists_each_seed_of_the_cells_run_with_several():
-    from feddg.benchmark.results import seed_spread
+    from feddg.benchmark.scores import seed_spread
 
     records = [_record("fedavg", "Domain1", 0, {"disc": 0.90, "cup": 0.70}),
                _record("fedavg", "Domain1", 2, {"disc": 0.80, "cup": 0.60}),
@@ -86,7 +87,7 @@ def test_the_seed_spread_lists_each_seed_of_the_cells_run_with_several():
     assert list(spread) == [("fedavg", "Domain1")]  # elcfs has one finished seed only
     assert list(spread[("fedavg", "Domain1")]) == [0, 1, 2]
     assert spread[("fedavg", "Domain1")] == pytest.approx({0: 0.80, 1: 0.76, 2: 0.70})  # mean of disc and cup
-    from feddg.benchmark.results import comparisons, markdown
+    from feddg.benchmark.tables import comparisons, markdown
 
     table = markdown(records, [comparisons(records)], ["fedavg", "elcfs"], ["Domain1", "Domain2"])
     assert "| method | held-out | seed 0 | seed 1 | seed 2 | max - min |" in table
@@ -97,7 +98,7 @@ def test_the_seed_spread_lists_each_seed_of_the_cells_run_with_several():
 
 
 def test_the_csv_rows_do_not_depend_on_the_order_the_sites_reported_in():
-    from feddg.benchmark.results import tidy_rows
+    from feddg.benchmark.scores import tidy_rows
 
     record = _record("fedavg", "Domain1", 0, {"disc": 0.9, "cup": 0.7})
     record["run"]["task"] = "fundus"
@@ -115,7 +116,7 @@ def test_the_csv_rows_do_not_depend_on_the_order_the_sites_reported_in():
 
 
 def test_the_tables_name_the_software_versions_of_the_runs():
-    from feddg.benchmark.results import software_of_runs
+    from feddg.benchmark.provenance import software_of_runs
 
     def of(version: str | None, status: str = "ok") -> dict:
         record = _record("fedavg", "Domain1", 0, {"disc": 0.9, "cup": 0.7})
@@ -149,13 +150,14 @@ def test_a_protocol_under_which_a_method_would_not_act_is_refused_before_any_run
 def _fake_executor(monkeypatch, sweep_module, code: str, scores=(0.8, 0.6), ran=None, cpu=None, avx512=None):
     """The sweep's runs "end" at once with ``scores`` as the held-out site's per-case scores, made by ``code`` (on
     ``cpu``, when given: then as this host's runs, on a host with that CPU and ``avx512``)."""
+    import feddg.numerics
     import feddg.report
     from tests.fake_executor import FakeExecutor
 
     monkeypatch.setattr(feddg.report, "code_fingerprint", lambda: code)
     if cpu is not None:
-        monkeypatch.setattr(feddg.report, "cpu_model", lambda: cpu)
-        monkeypatch.setattr(sweep_module, "cpu_flags", lambda: {"avx512f"} if avx512 else set())
+        monkeypatch.setattr(feddg.numerics, "cpu_model", lambda: cpu)
+        monkeypatch.setattr(feddg.numerics, "cpu_flags", lambda: {"avx512f"} if avx512 else set())
     monkeypatch.setattr(sweep_module, "LocalExecutor",
                         lambda: FakeExecutor([] if ran is None else ran, scores=scores, with_folder=True, cpu=cpu,
                                              avx512=avx512, here=cpu is not None))
@@ -182,9 +184,9 @@ def test_runs_of_other_code_are_refused_and_a_reproduce_check_with_identical_sco
     sweep_module.sweep(tmp_path, protocol, ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
                        report=lambda _: None)
     # seed 0 of the method was re-run in a scratch folder, then the new seed ran in the folder
-    assert ran == [("fundus_fedavg_Domain1_seed0", sweep_module.REPRODUCE_DIR),
+    assert ran == [("fundus_fedavg_Domain1_seed0", REPRODUCE_DIR),
                    ("fundus_fedavg_Domain1_seed1", tmp_path.name)]
-    assert not (tmp_path / sweep_module.REPRODUCE_DIR).exists()
+    assert not (tmp_path / REPRODUCE_DIR).exists()
     (check,) = json.loads((tmp_path / "sweep.json").read_text())["code_evidence"]
     assert check["to_code"] == code_fingerprint() and check["admitted"] is True
     (entry,) = check["methods"]
@@ -231,7 +233,7 @@ def test_each_seed_stays_on_one_cpu_family_and_the_reproduce_check_re_runs_a_run
     _fake_executor(monkeypatch, sweep_module, "new-code", ran=ran, cpu="Intel(R) Xeon(R) Processor", avx512=True)
     sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1", "Domain2"], [0, 1, 2], reproduce_check=True,
                        report=lambda _: None)
-    assert ran[0] == ("fundus_fedavg_Domain1_seed1", sweep_module.REPRODUCE_DIR), "of this family, not seed 0"
+    assert ran[0] == ("fundus_fedavg_Domain1_seed1", REPRODUCE_DIR), "of this family, not seed 0"
     (check,) = json.loads((out / "sweep.json").read_text())["code_evidence"]
     assert check["family"] == "Intel native-avx512" and check["methods"][0]["family"] == "Intel native-avx512"
 
@@ -263,7 +265,7 @@ def test_a_run_moved_aside_for_its_seeds_family_serves_the_reproduce_check_of_it
     _fake_executor(monkeypatch, sweep_module, "new-code", ran=ran, cpu="Intel(R) Xeon(R) Processor", avx512=True)
     sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
                        report=lambda _: None)
-    assert ran == [("fundus_fedavg_Domain3_seed0", sweep_module.REPRODUCE_DIR), ("fundus_fedavg_Domain1_seed1", "set")]
+    assert ran == [("fundus_fedavg_Domain3_seed0", REPRODUCE_DIR), ("fundus_fedavg_Domain1_seed1", "set")]
 
 
 def test_a_run_of_another_family_than_its_seeds_is_refused_and_moved_aside(tmp_path):
@@ -313,12 +315,12 @@ def test_the_reproduce_check_runs_every_method_and_names_the_one_that_changed(tm
                                           r"scores .*final.Domain1.test.1.cup.dice: 0.5 with the old code, 0.51"):
         sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg", "ga"], ["Domain1", "Domain2"], [0, 1, 2],
                            reproduce_check=True, report=lambda _: None)
-    assert sorted(ran) == [("fundus_fedavg_Domain1_seed0", sweep_module.REPRODUCE_DIR),
-                           ("fundus_ga_Domain1_seed0", sweep_module.REPRODUCE_DIR)]  # one cell per method, no new run
+    assert sorted(ran) == [("fundus_fedavg_Domain1_seed0", REPRODUCE_DIR),
+                           ("fundus_ga_Domain1_seed0", REPRODUCE_DIR)]  # one cell per method, no new run
     (check,) = json.loads((tmp_path / "sweep.json").read_text())["code_evidence"]
     assert check["admitted"] is False
     assert {m["method"]: m["identical"] for m in check["methods"]} == {"fedavg": True, "ga": False}
-    assert sweep_module.admitted_codes(tmp_path, sweep_module.run_records(tmp_path)) == {"old-code"}
+    assert admitted_codes(tmp_path, sweep_module.run_records(tmp_path)) == {"old-code"}
 
 
 def test_a_reproduce_check_needs_a_run_of_every_method_on_this_family_and_runs_nothing_without_it(
@@ -363,7 +365,7 @@ def test_the_plan_prints_its_machine_time_and_a_dry_run_runs_nothing(tmp_path, m
 
 
 def _prostate_record(method: str, site: str, seed: int, scores) -> dict:
-    from feddg.jobs import TASK_DEFAULTS
+    from feddg.experiment import TASK_DEFAULTS
 
     cases = {str(i): {"prostate": {"dice": float(s)}} for i, s in enumerate(scores)}
     test = {"prostate": {"dice": {"mean": float(np.mean(scores)), "std": float(np.std(scores))},
@@ -389,7 +391,7 @@ def _design(shift: dict[str, float], seeds=(0, 1, 2), sites=("BMC", "HK")) -> li
 
 
 def test_each_baseline_gets_its_difference_table_and_the_verdicts_follow_the_results():
-    from feddg.benchmark.results import comparisons, markdown
+    from feddg.benchmark.tables import comparisons, markdown
 
     def tables(effect: float, seeds=(0, 1, 2, 3, 4)) -> str:
         records = _design({"ga": effect}, seeds)
@@ -411,7 +413,7 @@ def test_each_baseline_gets_its_difference_table_and_the_verdicts_follow_the_res
 
 
 def test_a_cell_with_fewer_than_three_seeds_shows_its_seed_differences_and_no_interval():
-    from feddg.benchmark.results import comparisons, markdown, verdict
+    from feddg.benchmark.tables import comparisons, markdown, verdict
 
     records = _design({"ga": 0.05}, seeds=(0, 1))
     stats = comparisons(records, "fedavg", ["BMC", "HK"], n_resamples=500)
@@ -423,7 +425,7 @@ def test_a_cell_with_fewer_than_three_seeds_shows_its_seed_differences_and_no_in
 
 
 def test_a_method_run_at_some_held_out_sites_only_has_no_average():
-    from feddg.benchmark.results import comparisons, verdict
+    from feddg.benchmark.tables import comparisons, verdict
 
     records = [r for r in _design({"ga": 0.05}) if not (r["run"]["method"] == "ga" and r["run"]["held_out"] == "HK")]
     stats = comparisons(records, "fedavg", ["BMC", "HK"], n_resamples=500)
@@ -505,7 +507,7 @@ def test_write_results_reports_machine_time_the_code_of_the_runs_and_the_paper_s
 def test_the_verdicts_open_with_the_runs_the_seeds_the_seed_sd_and_the_machine_time():
     """The front page quotes only the generated verdicts: they say themselves what they rest on and cost."""
     from feddg.benchmark.readme import verdicts
-    from feddg.benchmark.results import comparisons, markdown
+    from feddg.benchmark.tables import comparisons, markdown
 
     records = []
     for site, values in {"BMC": [0.5, 0.6, 0.7], "HK": [0.4, 0.4, 0.4]}.items():  # seed variances 0.01 and 0
@@ -532,7 +534,8 @@ def test_the_verdicts_open_with_the_runs_the_seeds_the_seed_sd_and_the_machine_t
 
 
 def test_the_basis_of_a_folder_where_nothing_finished_says_so():
-    from feddg.benchmark.results import evidence_basis, machine_time
+    from feddg.benchmark.provenance import machine_time
+    from feddg.benchmark.tables import evidence_basis
 
     assert evidence_basis([], 4, machine_time([]), None) == "No run has finished yet."
     failed = {**_prostate_record("ga", "BMC", 0, [0.5] * 4), "status": "failed", "executor": {"executor": "local"}}
@@ -542,7 +545,7 @@ def test_the_basis_of_a_folder_where_nothing_finished_says_so():
 
 
 def test_pooled_seed_sd_is_the_root_of_the_mean_cell_variance():
-    from feddg.benchmark.results import pooled_seed_sd, seed_spread
+    from feddg.benchmark.scores import pooled_seed_sd, seed_spread
 
     records = []
     for site, values in {"BMC": [0.5, 0.6, 0.7], "HK": [0.4, 0.4]}.items():  # variances 0.01 and 0
@@ -554,7 +557,7 @@ def test_pooled_seed_sd_is_the_root_of_the_mean_cell_variance():
 
 
 def test_machine_time_counts_runs_made_at_once_once():
-    from feddg.benchmark.results import machine_time
+    from feddg.benchmark.provenance import machine_time
 
     def run(wall, ended_at=None, parallel=None):
         record = {"wall_s": wall, "executor": {"executor": "local", "parallel": parallel}}
@@ -667,7 +670,7 @@ def test_pairs_made_on_different_cpu_families_are_marked_in_the_tables(tmp_path)
     import json
 
     from feddg.benchmark.record import run_records
-    from feddg.benchmark.results import comparisons, markdown
+    from feddg.benchmark.tables import comparisons, markdown
 
     records = _design({"ga": 0.05})
     for r in records:  # seeds 0-1 ended before the switch, seed 2 of ga after it
@@ -710,7 +713,7 @@ def test_a_malformed_cpu_timeline_is_refused_naming_the_field(tmp_path, timeline
 
 
 def test_cells_made_by_several_code_versions_are_named():
-    from feddg.benchmark.results import mixed_code_cells
+    from feddg.benchmark.provenance import mixed_code_cells
 
     records = _design({"ga": 0.05})
     for r in records:

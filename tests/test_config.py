@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from feddg.config import ConfigError, FedDGConfig
-from feddg.flare.registry import experiment_from_dict, load_experiment
+from feddg.experiment import experiment_from_dict, load_experiment
 from feddg.flare.site_config import SiteConfig, SiteConfigError, read_site_config
 
 REPO = Path(__file__).resolve().parents[1]

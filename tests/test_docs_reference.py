@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
 from feddg.docs_reference import UndescribedError, load_schema, main, render, undescribed
-from feddg.flare.registry import experiment_schema
+from feddg.experiment import experiment_schema
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "reference" / "feddg-yaml.md"
@@ -107,6 +107,6 @@ def test_a_schema_that_is_not_a_model_is_refused_by_name(capsys):
         load_schema("feddg.config")
     with pytest.raises(ValueError, match="not a pydantic model class"):
         load_schema("feddg.config:TASKS")
-    assert load_schema("feddg.flare.registry:experiment_schema") is experiment_schema()  # a function is called
+    assert load_schema("feddg.experiment:experiment_schema") is experiment_schema()  # a function is called
     assert main(["--schema", "feddg.nowhere:X", "--check"]) == 2
     assert "--schema 'feddg.nowhere:X'" in capsys.readouterr().err

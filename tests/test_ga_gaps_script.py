@@ -45,7 +45,7 @@ def test_weights_and_gaps_read_the_aggregators_history():
 
 
 def test_on_the_committed_fundus_set(tmp_path):
-    from feddg.benchmark.results import load_records, seed_dice
+    from feddg.benchmark.scores import load_records, seed_dice
 
     records = load_records(FUNDUS)
     rows = diagnose(records, "ga", "uniform")
@@ -63,7 +63,7 @@ def test_on_the_committed_fundus_set(tmp_path):
 
 
 def test_controls_from_another_folder_are_paired_by_seed(tmp_path):
-    from feddg.benchmark.results import load_records, seed_dice
+    from feddg.benchmark.scores import load_records, seed_dice
 
     assert main([str(GA_STEP), "--out", str(tmp_path / "alone")]) == 0
     alone = json.loads((tmp_path / "alone" / "ga_gaps.json").read_text())

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from feddg.cli import main
-from feddg.flare.registry import experiment_from_dict
+from feddg.experiment import experiment_from_dict
 from feddg.inference import load_checkpoint, segment_nifti
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
@@ -224,8 +224,8 @@ def test_check_data_command(synthetic_root, capsys):
 
 def test_synth_command_writes_the_jobs_data_set(tmp_path, monkeypatch):
     """`feddg synth` with no sizes writes exactly what a job generates into its cache."""
-    from feddg.flare.registry import experiment_from_dict
     from feddg.data.synthetic import ensure_synthetic
+    from feddg.experiment import experiment_from_dict
     from feddg.jobs import experiment
 
     assert main(["synth", "--task", "fundus", "--out", str(tmp_path / "out")]) == 0

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from feddg.flare.registry import load_experiment
+from feddg.experiment import load_experiment
 from feddg.flare.site_policy import INJECTED_BY_NVFLARE, class_allow_list, component_paths, install_resources
 from feddg.jobs import JOBS
 from feddg.recipes.export import job_files, stale_jobs
@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_committed_jobs_equal_the_template():
-    assert stale_jobs(REPO / "jobs") == [], "run `feddg make-jobs` after changing feddg/jobs.py"
+    assert stale_jobs(REPO / "jobs") == [], "run `feddg make-jobs` after changing feddg/jobs.py or feddg/experiment.py"
 
 
 @pytest.mark.parametrize("name", JOBS)

@@ -24,8 +24,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "custom" / "feddg"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("base", ("feddg", "feddg.config", "feddg.layouts", "feddg.jsonfile", "feddg.seeds", "feddg.compute",
-              "feddg.precision", "feddg.folders", "feddg.numbers", "feddg.numerics")),
+    ("base", ("feddg", "feddg.config", "feddg.experiment", "feddg.layouts", "feddg.jsonfile", "feddg.seeds",
+              "feddg.compute", "feddg.precision", "feddg.folders", "feddg.numbers", "feddg.numerics")),
     ("data, nets, methods", ("feddg.data", "feddg.nets", "feddg.methods", "feddg.metrics")),
     ("training and evaluation", ("feddg.training", "feddg.evaluation", "feddg.report")),
     ("flare", ("feddg.flare",)),
@@ -161,6 +161,17 @@ def test_the_cycle_check_finds_a_cycle_through_a_lazy_import(tmp_path):
     names = root / "flare" / "mla" / "names.py"
     names.write_text(names.read_text() + "\n\ndef late():\n    from feddg.flare.mla import part\n")
     assert import_cycles(root) == [["feddg.flare.mla.names", "feddg.flare.mla.part", "feddg.flare.mla.payloads"]]
+
+
+LONG_MODULE = 450  # lines; a longer module says why it is one module
+
+
+def test_a_long_module_says_why_it_is_one():
+    """A module over :data:`LONG_MODULE` lines is split by concern, or its docstring says "Why one module:"."""
+    long = [f"{path.relative_to(PACKAGE)} ({n} lines)" for path in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(path.read_text().splitlines())) > LONG_MODULE
+            and "Why one module:" not in (ast.get_docstring(ast.parse(path.read_text())) or "")]
+    assert long == [], "split these modules, or say why each is one (in its docstring, 'Why one module:')"
 
 
 def test_every_module_has_a_layer():

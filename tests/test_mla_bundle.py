@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from feddg.flare.registry import experiment_from_dict
+from feddg.experiment import experiment_from_dict
 from feddg.flare.mla.bundle import MANIFEST, MLABundle, load_bundle, save_bundle
 from feddg.methods.mla.attention import DomainAttention, train_domain_attention
 from feddg.methods.mla.combination import combine_state_dicts

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from feddg.cli import main
-from feddg.config import ConfigError, parse_overrides
-from feddg.flare.registry import load_experiment
+from feddg.config import ConfigError
+from feddg.experiment import load_experiment, parse_overrides
 from feddg.jobs import override_job
 
 JOBS = Path(__file__).resolve().parents[1] / "jobs"

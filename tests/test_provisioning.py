@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from feddg.experiment import TASK_DEFAULTS
 from feddg.flare.site_policy import PACKAGE_PREFIX, authorization, install_site_policy, set_gpus
-from feddg.jobs import TASK_DEFAULTS
 from feddg.provisioning import PROJECT_ADMIN, hospital_admins, project_file, stale_projects
 
 REPO = Path(__file__).resolve().parents[1]

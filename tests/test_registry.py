@@ -12,12 +12,12 @@ from dataclasses import replace
 import pytest
 
 from feddg.config import ConfigError
+from feddg.experiment import Section, experiment_from_dict, experiment_schema
 from feddg.flare import registry
 from feddg.flare.ga.part import GENERALIZATION_GAP
 from feddg.flare.ga.part import PART as GA
-from feddg.flare.method_spec import Component, Method, MethodPart, Section, ServerFile, SiteHook
-from feddg.flare.registry import (experiment_from_dict, experiment_schema, hook_sends, register,
-                                  register_entry_points, server_files, unregister)
+from feddg.flare.method_spec import Component, Method, MethodPart, ServerFile, SiteHook
+from feddg.flare.registry import hook_sends, register, register_entry_points, server_files, unregister
 from tests.conftest import tiny_experiment
 from tests.toy_method.plugin import write_plugin
 
@@ -45,6 +45,16 @@ def test_a_part_that_declares_what_another_part_has_is_refused_naming_both(clash
     with pytest.raises(ValueError, match=rf"part 'other' declares the {what}, which part 'ga' declares already"):
         register(Method("clash", (clash,)))
     assert "clash" not in registry.methods()
+
+
+def test_a_section_named_like_a_base_section_is_refused_and_nothing_is_registered():
+    from feddg.experiment import sections
+
+    before = sections()
+    part = MethodPart(name="odd", aggregator=AGG, section=Section("train", GA.section.settings, "x"))
+    with pytest.raises(ValueError, match=r"method 'odd': part 'odd': feddg.yaml section 'train' is a base section"):
+        register(Method("odd", (part,)))
+    assert "odd" not in registry.methods() and sections() == before
 
 
 def test_two_parts_of_one_new_method_may_not_clash_either():
@@ -95,7 +105,7 @@ def test_hooks_and_server_files_are_read_from_the_parts(toy):
 
 
 def test_the_sweep_keeps_and_resume_carries_a_plugin_methods_server_file(toy, tmp_path):
-    from feddg.benchmark.sweep import kept_files
+    from feddg.benchmark.cells import kept_files
     from feddg.recipes.export import write_job
     from feddg.resume import _carried_histories
 
@@ -132,7 +142,8 @@ def test_a_plugin_is_registered_from_its_entry_point_and_a_broken_one_is_named(t
 
 
 def test_the_registry_imports_neither_torch_nor_nvflare():
-    code = ("import sys, feddg.flare.registry as r; r.experiment_schema(); r.site_limits(); r.server_files(); "
+    code = ("import sys, feddg.experiment as e, feddg.flare.registry as r; e.experiment_schema(); r.site_limits(); "
+            "r.server_files(); "
             "print(sorted(m for m in ('torch', 'nvflare', 'monai') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
@@ -141,3 +152,8 @@ def test_the_registry_imports_neither_torch_nor_nvflare():
 def test_a_method_registered_twice_is_refused(toy):
     with pytest.raises(ValueError, match="a method named 'median' is registered already"):
         register(replace(toy))
+
+
+def test_a_site_hook_without_a_component_id_is_refused_by_its_path():
+    with pytest.raises(ValueError, match=r"site hook x\.Hook: its Component needs an id"):
+        SiteHook(Component("x.Hook"), sends=("k",))

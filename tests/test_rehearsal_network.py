@@ -178,7 +178,7 @@ def test_a_workspace_of_a_running_rehearsal_is_refused_naming_its_process(tmp_pa
 
 
 def test_the_small_job_has_three_hospitals_rounds_for_the_drills_and_a_minimum_of_one(tmp_path):
-    from feddg.flare.registry import load_experiment
+    from feddg.experiment import load_experiment
     from feddg.rehearsal.consortium import DEAD_CLIENT_GRACE, HEART_BEAT_TIMEOUT
     from feddg.rehearsal.small_job import small_job
 

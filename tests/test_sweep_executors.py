@@ -24,8 +24,8 @@ from feddg.benchmark.protocol import Protocol
 from feddg.benchmark.signals import Interrupted
 from feddg.cli import main
 from feddg.compute import CONCURRENT_RUNS_ENV, ThreadBudgetError, available_cores, concurrent_runs_from_env
+from feddg.numerics import cpu_model
 from feddg.process_tree import alive
-from feddg.report import cpu_model
 
 TINY = {"train": {"rounds": 2, "local_epochs": 1}, "data": {"image_size": 32}}
 SWEEP = ["benchmark", "--task", "fundus", "--methods", "fedavg", "--held-out", "Domain1", "--seeds", "0-1",

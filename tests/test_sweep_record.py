@@ -197,7 +197,7 @@ def test_a_run_record_that_does_not_fit_its_folder_is_refused(tmp_path, ran, dam
 
 
 def test_an_interrupted_run_runs_again_without_retry_failed_and_is_no_result(tmp_path, monkeypatch):
-    from feddg.benchmark.results import load_records
+    from feddg.benchmark.scores import load_records
 
     ran: list = []
     _use(monkeypatch, FakeExecutor(ran, status="interrupted"))
@@ -428,7 +428,7 @@ def test_a_run_record_missing_a_field_is_refused_naming_the_file_and_field(tmp_p
 
 
 def test_a_finished_run_without_its_report_is_refused_by_the_tables(tmp_path):
-    from feddg.benchmark.results import load_records
+    from feddg.benchmark.scores import load_records
 
     _write_record(tmp_path, Protocol("fundus", TINY), Run("fundus", "fedavg", SITE, 0))
     with pytest.raises(ConfigError, match="run.json: no 'report'"):

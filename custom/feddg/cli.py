@@ -47,7 +47,7 @@ def _cmd_check_data(args: argparse.Namespace) -> int:
 def _cmd_synth(args: argparse.Namespace) -> int:
     from feddg.config import SyntheticConfig
     from feddg.data.synthetic import generate
-    from feddg.jobs import TASK_DEFAULTS
+    from feddg.experiment import TASK_DEFAULTS
 
     # Unset sizes default to what the task's jobs generate, so `feddg synth` writes the same data set.
     given = {k: getattr(args, k) for k in ("seed", "cases_per_site", "slices_per_case", "size", "shift")}
@@ -59,9 +59,8 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_make_jobs(args: argparse.Namespace) -> int:
-    from feddg.config import parse_overrides
-    from feddg.flare.registry import merge
-    from feddg.jobs import JOBS, PAPER_SIZE
+    from feddg.experiment import PAPER_SIZE, merge, parse_overrides
+    from feddg.jobs import JOBS
     from feddg.provisioning import stale_projects, write_projects
 
     overrides = merge(PAPER_SIZE if args.paper else {}, parse_overrides(args.overrides or []))
@@ -182,9 +181,8 @@ def _sweep_options(args: argparse.Namespace, simulator_args: list[str]
     """(out, protocol, methods, held-out sites, seeds, the task's sites) from the benchmark options, every option
     checked before anything is planned or run: ValueError naming the option otherwise."""
     from feddg.benchmark.sweep import Protocol, default_overrides, parse_seeds
-    from feddg.config import parse_overrides
-    from feddg.flare.registry import merge, methods
-    from feddg.jobs import TASK_DEFAULTS
+    from feddg.experiment import TASK_DEFAULTS, merge, parse_overrides
+    from feddg.flare.registry import methods
 
     inputs = [args.data_root] if args.data_root and args.data_root.strip() else []
     out = guard_folder(args.out, "--out", inputs=inputs)

@@ -15,15 +15,14 @@ empty file or an empty ``data:`` section is an error, not the synthetic prostate
 
 from __future__ import annotations
 
-import functools
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .layouts import LAYOUTS, layouts_for
 
@@ -172,8 +171,8 @@ class EvalConfig(Settings):
 
 
 class FedDGConfig(Settings):
-    """The base sections of every ``feddg.yaml``; a method's own section is added to the schema by its part
-    (:func:`experiment_schema`, assembled by :func:`feddg.flare.registry.experiment_schema`)."""
+    """The base sections of every ``feddg.yaml``; a method's own section is added to the schema when the method is
+    registered (:func:`feddg.experiment.experiment_schema`)."""
 
     data: DataConfig = Field(default_factory=DataConfig, description="the data: task, layout, sites, the unseen "
                                                                      "site, preprocessing")
@@ -183,26 +182,6 @@ class FedDGConfig(Settings):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump()
-
-
-def experiment_schema(sections: Mapping[str, tuple[type[BaseModel], str]]) -> type[FedDGConfig]:
-    """The schema of a whole ``feddg.yaml``: the base sections plus ``sections`` (name -> (settings model,
-    description)), each defaulting to its model's defaults. Built once per set of sections (the registry's parts)."""
-    key = tuple((name, model, text) for name, (model, text) in sections.items())
-    return _schema(key)
-
-
-@functools.lru_cache(maxsize=8)
-def _schema(sections: tuple[tuple[str, type[BaseModel], str], ...]) -> type[FedDGConfig]:
-    if not sections:
-        return FedDGConfig
-    taken = set(FedDGConfig.model_fields)
-    for name, _, _ in sections:
-        if name in taken:
-            raise ValueError(f"feddg.yaml section {name!r} is declared twice")
-        taken.add(name)
-    fields = {name: (model, Field(default_factory=model, description=text)) for name, model, text in sections}
-    return create_model("Experiment", __base__=FedDGConfig, __doc__=FedDGConfig.__doc__, **fields)
 
 
 # Keys a configuration must name itself (a missing one would silently mean the synthetic prostate default).
@@ -234,7 +213,7 @@ def config_from_dict(raw: Any, schema: type[FedDGConfig] = FedDGConfig,
                      checks: Sequence[Callable[[FedDGConfig], None]] = ()) -> FedDGConfig:
     """Validate an experiment given as plain data (a parsed ``feddg.yaml``, a checkpoint's stored config) against
     ``schema`` (default: the base sections only; a job's methods add theirs: use
-    :func:`feddg.flare.registry.experiment_from_dict`), then the base checks and ``checks``.
+    :func:`feddg.experiment.experiment_from_dict`), then the base checks and ``checks``.
 
     Raises :class:`ConfigError` naming the field path and the value; every problem of the schema is listed."""
     if not isinstance(raw, dict) or not raw:
@@ -296,7 +275,7 @@ def _describe(err: Any, schema: type[BaseModel]) -> str:
     return f"{where}: {message} (got {err['input']!r})"
 
 
-class _StrictLoader(yaml.SafeLoader):
+class StrictLoader(yaml.SafeLoader):
     """PyYAML's safe loader with two fixes for configuration files: a key repeated in one mapping is an error
     (PyYAML keeps the last value silently), and exponent floats without a dot (``1e-3``, ``5E4``) are floats as
     in YAML 1.2 and JSON (PyYAML's YAML 1.1 rules read them as strings)."""
@@ -313,71 +292,14 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-_StrictLoader.add_implicit_resolver(
+StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"), list("-+0123456789"))
 
 
 def read_yaml(path: str | os.PathLike) -> Any:
-    """A YAML file read with :class:`_StrictLoader`; ConfigError naming the file (and line) when it cannot be."""
+    """A YAML file read with :class:`StrictLoader`; ConfigError naming the file (and line) when it cannot be."""
     path = Path(path)
     try:
-        return yaml.load(path.read_text(), Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(path.read_text(), Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError(f"{path}: cannot read the configuration: {e}") from e
-
-
-def load_config(path: str | os.PathLike, schema: type[FedDGConfig] = FedDGConfig,
-                checks: Sequence[Callable[[FedDGConfig], None]] = ()) -> FedDGConfig:
-    """Read and validate a ``feddg.yaml`` (:func:`config_from_dict`); errors name the file, the field and the
-    value."""
-    raw = read_yaml(path)
-    try:
-        return config_from_dict(raw, schema, checks)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-
-
-def parse_overrides(assignments: list[str]) -> dict[str, Any]:
-    """``["train.rounds=20", "data.unseen_site=BMC"]`` -> ``{"train": {"rounds": 20}, "data": {"unseen_site": "BMC"}}``.
-
-    Each value is read as YAML with the rules of ``feddg.yaml`` (``20`` an integer, ``1e-3`` a float, ``null``,
-    ``[BMC, HK]`` a list, anything else a string). Whether the key exists and the value fits is the schema's
-    business: merge the result into an experiment and validate it (:func:`config_from_dict`), which names an unknown
-    key or a wrong type. ConfigError for an assignment that is not ``dotted.key=value``, a key given twice, and a
-    key under another one's value (``train.lr=1`` with ``train.lr.x=2``)."""
-    out: dict[str, Any] = {}
-    given: dict[str, str] = {}
-    for assignment in assignments:
-        key, sep, text = assignment.partition("=")
-        parts = key.strip().split(".")
-        if not sep or not all(p.strip() for p in parts):
-            raise ConfigError(f"--set {assignment!r}: expected section.key=value, e.g. train.rounds=20")
-        dotted = ".".join(p.strip() for p in parts)
-        if dotted in given:  # the last one would win silently: which one was meant?
-            raise ConfigError(f"--set {dotted} given twice ({given[dotted]!r} and {assignment!r}): give it once")
-        given[dotted] = assignment
-        try:
-            value = yaml.load(text, Loader=_StrictLoader) if text.strip() else ""  # noqa: S506 - a SafeLoader
-        except yaml.YAMLError as e:
-            raise ConfigError(f"--set {assignment!r}: cannot read the value: {e}") from None
-        node = out
-        for part in parts[:-1]:
-            child = node.setdefault(part.strip(), {})
-            if not isinstance(child, dict):
-                raise ConfigError(f"--set {assignment!r}: {part} is set to a value by another --set")
-            node = child
-        if isinstance(node.get(parts[-1].strip()), dict):
-            raise ConfigError(f"--set {assignment!r}: {key.strip()} is a section, not a value")
-        node[parts[-1].strip()] = value
-    return out
-
-
-def check_task_override(overrides: Mapping[str, Any], task: str, job: str) -> None:
-    """ConfigError when ``overrides`` (from :func:`parse_overrides`) set ``data.task`` to another task than the job
-    ``job``'s own ``task``: a job's components, sites and layout are its task's, so the run would fail later (a
-    site, 40 s in) instead of here."""
-    data = overrides.get("data")
-    given = data.get("task") if isinstance(data, Mapping) else None
-    if given is not None and given != task:
-        raise ConfigError(f"--set data.task={given}: {job} is a {task} job; run a {given} job instead "
-                          f"(jobs/{given}_<method>)")

@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel
 
 PAGE = Path("docs/reference/feddg-yaml.md")  # relative to the repository root
-SCHEMA = "feddg.flare.registry:experiment_schema"  # the whole feddg.yaml: base sections and every method's section
+SCHEMA = "feddg.experiment:experiment_schema"  # the whole feddg.yaml: base sections and every method's section
 GENERATOR = "python -m feddg.docs_reference"
 
 INTRO = """\
@@ -234,6 +234,7 @@ def load_schema(spec: str) -> type[BaseModel]:
     module, _, name = spec.partition(":")
     if not module or not name:
         raise ValueError(f"--schema {spec!r}: expected module:name, e.g. {SCHEMA}")
+    importlib.import_module("feddg.flare.registry")  # registers the methods' sections in the experiment model
     try:
         target = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as e:

@@ -16,10 +16,11 @@ import numpy as np
 import torch
 
 from feddg.config import ConfigError, FedDGConfig
-from feddg.flare.registry import experiment_from_dict
 from feddg.data.dataset import SliceSet, load_site, preprocess
 from feddg.data.layouts import Decoded, layout_spec, read_nifti, saml_mask_case
 from feddg.evaluation import evaluate_sliceset, predict_logits
+from feddg.experiment import experiment_from_dict
+from feddg.flare import registry  # noqa: F401 - registers the methods' feddg.yaml sections
 from feddg.flare.updates import UpdateRejected, check_update
 from feddg.folders import claim
 from feddg.jsonfile import write_json

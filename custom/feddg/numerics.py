@@ -29,6 +29,7 @@ kernel family on Intel machines with and without AVX-512.
 from __future__ import annotations
 
 import os
+import platform
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -56,6 +57,17 @@ def pinned_environment(mode: str) -> dict[str, str]:
     if mode not in PINNED:
         raise ValueError(f"CPU pin {mode!r}: give one of {', '.join(CPU_PIN_MODES)}")
     return {CPU_PIN_ENV: mode, **PINNED[mode]}
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; else the platform's processor or machine). A run's results depend on
+    it, not only on the code and the seed: one cell re-run with the same code on an Intel Xeon differed from its AMD
+    EPYC run in 178 of 204 per-case scores (``benchmarks/results/cpu_check_prostate``)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
 
 
 def cpu_flags() -> set[str]:
@@ -112,3 +124,9 @@ def numbers_family(cpu: str | None, cpu_pin: str | None, avx512: bool | None) ->
     kernels = effective_kernels(cpu_pin, avx512)
     maker = cpu_maker(cpu)
     return "unknown" if maker is None or kernels == "unknown" else f"{maker} {kernels}"
+
+
+def host_family(cpu_pin: str) -> str:
+    """This machine's numbers family for runs made here with ``cpu_pin`` (:func:`numbers_family` of
+    :func:`cpu_model` and :func:`cpu_flags`)."""
+    return numbers_family(cpu_model(), cpu_pin, "avx512f" in cpu_flags())

@@ -35,7 +35,7 @@ import psutil
 import yaml
 
 from feddg.compute import SITE_PROCESSES_ENV
-from feddg.flare.registry import load_experiment
+from feddg.experiment import load_experiment
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.site_policy import install_site_policy
 from feddg.folders import claim, guard_folder

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from feddg.jobs import TASK_DEFAULTS
+from feddg.experiment import TASK_DEFAULTS
 
 SERVER = "feddg-server.example.org"
 CONSORTIUM_ORG = "consortium"

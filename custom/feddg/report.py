@@ -14,6 +14,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from feddg.numerics import cpu_model
+
 # The report's file name in the server's run folder: written by the rounds' workflow (and MLA's phase), read by
 # the POC, the network rehearsal and the benchmark sweep. Defined here, in the layer below the NVFlare glue, so
 # that every module that writes or reads the report names it from one place.
@@ -40,17 +42,6 @@ def code_fingerprint() -> str:
             continue
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``; else the platform's processor or machine). A run's results depend on
-    it, not only on the code and the seed: one cell re-run with the same code on an Intel Xeon differed from its AMD
-    EPYC run in 178 of 204 per-case scores (``benchmarks/results/cpu_check_prostate``)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def machine_info() -> dict[str, Any]:

@@ -48,10 +48,11 @@ from typing import Any, Iterator
 import yaml
 
 from feddg.config import FedDGConfig
+from feddg.experiment import experiment_from_dict, load_experiment
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.controller import PROGRESS_FILE, ROUNDS_COMPLETED, RUN_ID
 from feddg.flare.method_spec import ServerFile
-from feddg.flare.registry import experiment_from_dict, load_experiment, server_files
+from feddg.flare.registry import server_files
 from feddg.flare.site_policy import component_entries
 from feddg.inference import read_checkpoint
 from feddg.jsonfile import read_json_object

@@ -1,4 +1,5 @@
-"""``feddg simulate``: a job in NVFlare's simulator with the project's site policy installed, every site in its own
+"""``feddg simulate``: a job in NVFlare's simulator with the sites' allow-list of this project's classes installed
+(NVFlare's simulator enforces no privacy scope, so a site's egress filter is tried in a POC), every site in its own
 long-lived process with its share of the cores, and the sites' own settings a job's methods ask for written for the
 simulated sites (which are all the user's own)."""
 
@@ -19,7 +20,7 @@ SIMULATOR_MODULE = "nvflare.private.fed.app.simulator.simulator"
 
 
 def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
-    """Install the site policy in the simulator workspace, then hand over to NVFlare's simulator.
+    """Install the sites' allow-list in the simulator workspace, then hand over to NVFlare's simulator.
 
     NVFlare 2.9's simulator enforces each site's class allow-list for jobs without custom code, as a real site
     does; a fresh workspace has none, so the job's ``feddg`` components would be refused. The simulator keeps
@@ -39,7 +40,7 @@ def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
     # The simulator clears its workspace when it starts: nothing but a folder of ours goes to it.
     workspace_path = guard_folder(workspace, "-w", inputs=[job], keeps=SIMULATOR_KEEPS)
     if overrides:
-        from feddg.config import parse_overrides
+        from feddg.experiment import parse_overrides
         from feddg.jobs import override_job
 
         # Beside the workspace, not in it (the simulator clears its workspace); a folder of ours too, since an

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from feddg.flare.registry import experiment_from_dict
+from feddg.experiment import experiment_from_dict
 from feddg.nets.unet import build_model
 from feddg.poc import RehearsalError, admin, prepare, start, stop, submit, wait
 from feddg.provisioning import hospital_admins

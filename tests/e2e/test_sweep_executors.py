@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from feddg.benchmark.protocol import Protocol
-from feddg.benchmark.sweep import case_scores_of, sweep
+from feddg.benchmark.sweep import sweep
+from feddg.benchmark.reproduce import case_scores_of
 from feddg.cli import main
 from feddg.compute import SITE_PROCESSES_ENV, available_cores
 from feddg.process_tree import kill_tree

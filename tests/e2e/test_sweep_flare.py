@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from feddg.benchmark.sweep import case_scores_of
+from feddg.benchmark.reproduce import case_scores_of
 from feddg.flare.site_config import SITE_CONFIG_FILE
 from feddg.poc import _wait_for_port, prepare, start, start_participant, stop, stop_processes
 from feddg.provisioning import FED_LEARN_PORT

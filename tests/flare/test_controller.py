@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
-from feddg.flare.registry import experiment_from_dict
+from feddg.experiment import experiment_from_dict
 from feddg.flare.constants import FedDGMeta
 from feddg.flare.controller import LeaveOneSiteOutFedAvg
 from feddg.flare.fedavg.aggregator import SampleSizeAggregator

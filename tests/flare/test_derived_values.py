@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from nvflare.apis.fl_constant import FilterKey, FLContextKey
 
-from feddg.flare.registry import experiment_from_dict
+from feddg.experiment import experiment_from_dict
 
 from feddg.flare.constants import TASK_REQUEST_INTERVAL
 from feddg.flare.elcfs.filter import AmplitudeWindowFilter

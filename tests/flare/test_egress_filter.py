@@ -12,7 +12,7 @@ from nvflare.apis.filter import ContentBlockedException
 from nvflare.apis.fl_constant import FilterKey, FLContextKey, ReturnCode
 from nvflare.apis.shareable import make_reply
 
-from feddg.flare.registry import experiment_from_dict
+from feddg.experiment import experiment_from_dict
 from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.egress_filter import SiteEgressFilter
 from feddg.flare.ga.part import GENERALIZATION_GAP

@@ -15,7 +15,7 @@ from nvflare.apis.fl_constant import FilterKey, FLContextKey, ReturnCode
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 
-from feddg.flare.registry import experiment_from_dict
+from feddg.experiment import experiment_from_dict
 from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.elcfs.exchange import AmplitudeExchange
 from feddg.flare.elcfs.executor import BANK_FILE, ELCFSExecutor

@@ -12,7 +12,7 @@ from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 
-from feddg.flare.registry import experiment_from_dict
+from feddg.experiment import experiment_from_dict
 from feddg.flare.constants import FedDGMeta, FedDGTask
 from feddg.flare.executor import STATE_DIR, FedDGExecutor
 from feddg.flare.ga.hook import GeneralizationGap

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from feddg.config import FedDGConfig
-from feddg.flare.registry import experiment_from_dict
-from feddg.flare.registry import merge, method, methods
+from feddg.experiment import experiment_from_dict, merge
+from feddg.flare.registry import method, methods
 from tests.conftest import tiny_experiment
 
 ALWAYS_ACTING = ["fedavg", "uniform", "fedprox", "elcfs", "mlabin"]

@@ -17,7 +17,7 @@ from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.model import make_model_learnable
 
-from feddg.flare.registry import experiment_from_dict
+from feddg.experiment import experiment_from_dict
 from feddg.flare.mla.settings import mla_feature_width
 from feddg.data.dataset import load_site
 from feddg.flare.constants import FedDGMeta, FedDGTask

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from feddg.flare.registry import experiment_from_dict
 from feddg.data import layouts, synthetic
+from feddg.experiment import experiment_from_dict
 from feddg.flare.site_info import (
     HASH_KEY,
     VERSION_KEY,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from feddg.experiment import Section
 from feddg.flare.constants import CONFIG_FILE
-from feddg.flare.method_spec import Component, Method, MethodPart, Section, ServerFile, SiteHook
+from feddg.flare.method_spec import Component, Method, MethodPart, ServerFile, SiteHook
 from tests.toy_method import settings
 
 AGGREGATOR = "tests.toy_method.aggregator.MedianAggregator"

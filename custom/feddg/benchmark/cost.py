@@ -2,7 +2,7 @@
 
 The full design of a task is every registered method that supports it x every held-out site x :data:`DESIGN_SEEDS`
 seeds (prostate: 8 x 6 x 5 = 240 runs; fundus: 8 x 4 x 5 = 160). At the papers' size
-(:data:`feddg.jobs.PAPER_SIZE`: 384 px, the papers' network, their round count) one run takes that many rounds of
+(:data:`feddg.experiment.PAPER_SIZE`: 384 px, the papers' network, their round count) one run takes that many rounds of
 the seconds one paper-size round takes, and only a measurement on the hardware that would run the sweep gives
 those seconds: ``benchmarks/round_time.py --paper`` writes them (its ``round_time.json``). Copied into a sweep
 folder as :data:`PAPER_ROUND_TIME`, the folder's ``results.json`` and ``results.md`` carry the design's
@@ -34,8 +34,8 @@ def measure_command(task: str) -> str:
 
 def design_runs(task: str) -> int:
     """The runs of ``task``'s full design: its methods x held-out sites x :data:`DESIGN_SEEDS`."""
+    from feddg.experiment import TASK_DEFAULTS
     from feddg.flare.registry import methods
-    from feddg.jobs import TASK_DEFAULTS
 
     n_methods = sum(1 for m in methods().values() if m.supports(task))
     return n_methods * len(TASK_DEFAULTS[task]["data"]["sites"]) * DESIGN_SEEDS
@@ -52,7 +52,7 @@ def paper_size_cost(task: str, round_time_file: Path) -> dict[str, Any]:
 
     Raises ValueError naming the file and the field when the file is not a paper-size measurement of ``task``.
     """
-    from feddg.jobs import PAPER_SIZE
+    from feddg.experiment import PAPER_SIZE
 
     runs, rounds = design_runs(task), PAPER_SIZE["train"]["rounds"]
     cost: dict[str, Any] = {"design_runs": runs, "rounds": rounds, "seeds": DESIGN_SEEDS, "round_s": None,

@@ -71,12 +71,16 @@ class SimulatorRun:
         gpu: the GPU the run's sites use (``-gpu``), or None (CPU, or the flags' own choice).
         concurrent_runs: the runs sharing this host's cores at once (this one included).
         env: extra environment variables of the run.
+        command: the command to run instead of ``feddg simulate``'s (an NVFlare job that is not ours, e.g. the
+            round-time anchors); ``simulator_args`` and ``gpu`` are then the command's business.
     """
 
     def __init__(self, job: Path, workspace: Path, log: Path, simulator_args: Sequence[str] = (),
-                 gpu: str | None = None, concurrent_runs: int = 1, env: Mapping[str, str] | None = None) -> None:
+                 gpu: str | None = None, concurrent_runs: int = 1, env: Mapping[str, str] | None = None,
+                 command: Sequence[str] | None = None) -> None:
         self.job, self.workspace, self.log = Path(job), Path(workspace), Path(log)
-        self.command = simulate_command(self.job, self.workspace, with_gpu(simulator_args, gpu))
+        self.command = (list(command) if command is not None else
+                        simulate_command(self.job, self.workspace, with_gpu(simulator_args, gpu)))
         self.env = {**os.environ, CONCURRENT_RUNS_ENV: str(concurrent_runs), **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.started = 0.0

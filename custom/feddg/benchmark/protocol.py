@@ -152,7 +152,7 @@ def owned_settings(overrides: Mapping[str, Any]) -> list[str]:
 
 def run_overrides(protocol: Protocol, run: Run) -> dict[str, Any]:
     """What the run changes in its job of the template: the protocol, the held-out site and the seed."""
-    from feddg.flare.registry import merge
+    from feddg.experiment import merge
     from feddg.jobs import experiment
 
     delta = merge(protocol.overrides, {"data": {"unseen_site": run.held_out}})
@@ -239,7 +239,7 @@ def protocol_from_runs(records: Mapping[str, Mapping[str, Any]]) -> Protocol:
     every run exactly its config back. ConfigError naming what stands in the way otherwise (runs of several tasks or
     simulator flags, a run that does not record its flags or lacks a setting of the template, runs that disagree on
     a setting). A setting every run shares with the template is not an override: it changes nothing."""
-    from feddg.flare.registry import merge
+    from feddg.experiment import merge
 
     if not records:
         raise ConfigError("it holds no run to read the protocol from")

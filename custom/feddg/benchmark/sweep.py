@@ -17,13 +17,9 @@ protocol's for its cell. Methods, held-out sites and seeds may be added to a fol
 folder at a time (``OUT/.sweep.lock``). With a data root the data are checked once, as ``feddg check-data`` does,
 before any run.
 
-A folder holds one code version: every run records the fingerprint of the code that ran it
-(:func:`feddg.report.code_fingerprint`), and a sweep whose code differs from the folder's runs is refused, unless
-``reproduce_check`` first re-runs one finished cell of every method the folder holds (seed 0 where it can, on its
-quickest held-out site: :func:`reproduce_cells`) with the new code and every per-case score of each comes out
-identical (the evidence, each method's cell, CPU model and result, goes to ``sweep.json`` and ``results.json``): a
-change that touches one method's code path is caught by that method's cell. A run repeats only on its CPU family
-(maker and kernels: :func:`feddg.numerics.numbers_family`), so the check re-runs cells of this machine's family.
+A folder holds one code version: a sweep whose code differs from the folder's runs is refused unless its reproduce
+check admits the code (:mod:`feddg.benchmark.reproduce`). A run's job, outcome and record are
+:mod:`feddg.benchmark.cells`'.
 
 Each seed's runs come from one CPU family (a pair's two runs must): a run of another family than its seed's is
 refused like a run of another protocol (``move_aside`` moves it to ``OUT/aside/``), and a sweep on this host leaves
@@ -45,33 +41,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from feddg.benchmark.executors.base import Cell, CellExecutor, Outcome
+from feddg.benchmark.cells import SWEEP_CPU_PIN, prepare_cell, run_cells
+from feddg.benchmark.executors.base import Cell, CellExecutor
 from feddg.benchmark.executors.local import LocalExecutor
-from feddg.benchmark.protocol import (Protocol, Run, first_difference, owned_settings, run_experiment, run_mismatch,
-                                      run_overrides, seed_overrides)
-from feddg.benchmark.record import (ASIDE_DIR, INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, finished,
-                                    folder_lock, prepare_folder, record_design, run_cpu, run_family, run_records,
-                                    seed_families)
-from feddg.benchmark.signals import STOP_SIGNALS, Interrupted, handle_stop_signals
+from feddg.benchmark.protocol import Protocol, Run, owned_settings, run_experiment, run_overrides, seed_overrides
+from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, finished, folder_lock,
+                                    prepare_folder, record_design, run_records, seed_families)
+from feddg.benchmark.reproduce import check_code
+from feddg.benchmark.signals import Interrupted, handle_stop_signals
 from feddg.config import ConfigError
 from feddg.folders import claim
-from feddg.numerics import cpu_flags, numbers_family
-from feddg.jsonfile import read_json, write_json
-from feddg.report import REPORT_FILE
+from feddg.numerics import host_family
 
-REPRODUCE_DIR = "reproduce"  # where the reproduce check re-runs a cell (removed afterwards)
-
-
-def kept_files() -> tuple[str, ...]:
-    """The server files a finished run keeps (the workspace, with its models, is removed): the report, the
-    timings and the progress every job writes, and the files the registered methods ask the benchmark to keep."""
-    from feddg.flare.constants import PROGRESS_FILE
-    from feddg.flare.registry import server_files
-    from feddg.flare.timings import TIMINGS_FILE
-
-    return (REPORT_FILE, TIMINGS_FILE, PROGRESS_FILE, *(f.name for f in server_files() if f.keep))
-
-__all__ = ["Interrupted", "Protocol", "Run", "RUN_FILE", "SWEEP_FILE", "default_overrides", "execute",
+__all__ = ["Interrupted", "Protocol", "Run", "RUN_FILE", "SWEEP_FILE", "default_overrides",
            "handle_stop_signals", "parse_seeds", "plan", "prepare_folder", "run_experiment", "run_overrides",
            "seed_overrides", "sweep"]
 
@@ -86,9 +68,6 @@ PILOT_SECONDS_PER_ROUND = {"prostate": 1.75, "fundus": 0.90}
 # On the synthetic data, the held-out site gets more test cases than a training site (it costs evaluation only and
 # narrows each seed's case error); with real data the site has the cases it has.
 SYNTHETIC_HELD_OUT_CASES = {"prostate": 24, "fundus": 72}
-# The CPU numerics a sweep runs with unless told otherwise (feddg.numerics): the machine's own kernels, since no pin
-# makes a run repeat across CPU makers (feddg.numerics.numbers_family); each seed's runs stay within one family.
-SWEEP_CPU_PIN = "off"
 # The held-out site of the benchmark's timing runs (benchmarks/round_time.py --protocol, sweep_throughput.py).
 TIMING_HELD_OUT = {"prostate": "BIDMC", "fundus": "Domain1"}
 
@@ -135,7 +114,7 @@ def plan(protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], se
     """The runs, held-out sites outermost (an interrupted sweep leaves whole columns of the table); each validated
     before anything runs (an unknown method, site or key fails here, naming it, and so do a setting the sweep sets
     itself, e.g. ``train.seed``, and a protocol under which a method would not act, e.g. GA with one round)."""
-    from feddg.flare.registry import experiment_from_dict
+    from feddg.experiment import experiment_from_dict
     from feddg.flare.registry import method
 
     owned = owned_settings(protocol.overrides)
@@ -173,211 +152,6 @@ def check_real_data(protocol: Protocol, run: Run, report: Callable[[str], None] 
         report(f"the data's images are up to {side} px a side ({describe_shapes(shapes)}); the runs train at "
                f"data.image_size = {size} px, every image resized to {size}x{size} (--set data.image_size=N to "
                f"change it)")
-
-
-def prepare_cell(run: Run, protocol: Protocol, out: Path, timeout: float, cpu_pin: str = SWEEP_CPU_PIN) -> Cell:
-    """The cell of ``run``, ready for an executor: a fresh ``out/runs/<id>`` (what an unfinished run left there is
-    cleared) holding the run's job, written from the template with the protocol and the run's own settings, run
-    with the CPU numerics ``cpu_pin`` (:mod:`feddg.numerics`)."""
-    from feddg.recipes.export import write_job
-
-    folder = out / "runs" / run.run_id
-    if folder.exists():
-        shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    job = write_job(folder, f"{run.task}_{run.method}", run_overrides(protocol, run))
-    rounds = run_experiment(protocol, run)["train"]["rounds"]
-    return Cell(run, job, folder, timeout, rounds, tuple(protocol.simulator_args), cpu_pin)
-
-
-def execute(run: Run, protocol: Protocol, out: Path, timeout: float, report: Callable[[str], None] = print,
-            executor: CellExecutor | None = None) -> dict[str, Any]:
-    """Run one cell (with ``executor``, by default one local simulator run) and record its outcome in
-    ``out/runs/<id>/run.json``; :class:`Interrupted` after recording it when a stop signal came."""
-    executor = executor or LocalExecutor()
-    cell = prepare_cell(run, protocol, out, timeout)
-    executor.check([cell])
-    records = {}
-    _run_cells(protocol, [cell], executor, report, lambda c, record: records.update({c.run_id: record}))
-    return records[run.run_id]
-
-
-def _run_cells(protocol: Protocol, cells: Sequence[Cell], executor: CellExecutor, report: Callable[[str], None],
-               recorded: Callable[[Cell, dict[str, Any]], None]) -> None:
-    """Run ``cells`` with ``executor``, writing each one's ``run.json`` as it ends and then calling ``recorded``
-    (signals wait for its end); :class:`Interrupted`, naming the runs it stopped, after every record is written
-    when a stop signal came."""
-    stopped: list[str] = []
-
-    def on_done(cell: Cell, outcome: Outcome) -> None:
-        record = _outcome(cell.run, protocol, run_experiment(protocol, cell.run), cell.folder, outcome,
-                          cell.cpu_pin if executor.applies_cpu_pin else "off")
-        write_json(cell.folder / RUN_FILE, record, indent=2, finite=True)  # atomic: a run.json is whole or absent
-        if record["status"] == INTERRUPTED:
-            stopped.append(cell.run_id)
-        recorded(cell, record)
-
-    with STOP_SIGNALS.deferred():  # from the first start to the last record: a signal stops the runs, then ends
-        executor.run_cells(cells, on_done, report)
-        STOP_SIGNALS.raise_received(stopped)
-
-
-def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, outcome: Outcome,
-             cpu_pin: str = "off") -> dict[str, Any]:
-    """The run's record: its cell, status, wall time, when it was recorded (``ended_at``, UTC epoch seconds: with the
-    wall time it places the run in time, so runs made at once count once in the machine time), log, config,
-    simulator flags, code and where it ran (``executor``: the executor's ``Outcome.where``); a run that ended by
-    itself is ``ok`` only with exit code 0 (when it has one) and a report, which the record then holds with the
-    files the tables need (the executor's scratch, e.g. the simulator workspace with its models, is removed; so is
-    an interrupted run's)."""
-    from feddg.report import code_fingerprint
-
-    status, reason, returncode = outcome.status, outcome.reason, outcome.returncode
-    record: dict[str, Any] = {"run": run.__dict__, "run_id": run.run_id, "status": status,
-                              "wall_s": round(outcome.wall_s, 1), "ended_at": round(time.time(), 1),
-                              "log": str(outcome.log), "config": exp,
-                              "simulator_args": list(protocol.simulator_args), "code": code_fingerprint(),
-                              "cpu_pin": cpu_pin, "executor": outcome.where}
-    server = outcome.server_dir
-    report_json = read_json(server / REPORT_FILE) if server is not None else {}
-    if status == "ok" and (returncode not in (0, None) or not report_json):
-        status, reason = "failed", f"exit code {returncode}" + ("" if report_json else ", no report written")
-    record.update(status=status, reason=reason)
-    if status == "ok":
-        record["report"] = report_json
-        from feddg.flare.registry import server_files
-
-        for file in server_files():  # a method's kept file goes into the record too (its plot reads it there)
-            content = read_json(server / file.name) if file.keep else None
-            if content:
-                record[file.key] = content
-        for name in kept_files():
-            if (server / name).exists():
-                shutil.copy(server / name, folder / name)
-    if status in ("ok", INTERRUPTED) and outcome.scratch is not None:
-        shutil.rmtree(outcome.scratch, ignore_errors=True)
-    return record
-
-
-def case_scores_of(report: dict[str, Any]) -> dict[str, Any]:
-    """Every per-case score of a run's report: model -> site -> split -> the split's per-case entries."""
-    from feddg.flare.payloads import CASES
-
-    return {model: {site: {split: summary.get(CASES) for split, summary in entry.get("splits", {}).items()}
-                    for site, entry in evaluation.get("sites", {}).items()}
-            for model, evaluation in report.get("models", {}).items()}
-
-
-def admitted_codes(out: Path, records: dict[str, dict]) -> set[str]:
-    """The code fingerprints whose runs belong in the folder ``out`` with ``records``: the codes of its finished
-    runs and each code a reproduce check admitted (``sweep.json``'s ``code_evidence``: a check of every method that
-    came out identical; an entry of the older one-cell checks counts when it says identical)."""
-    evidence = read_json(out / SWEEP_FILE).get("code_evidence", [])
-    admitted = {e["to_code"] for e in evidence if isinstance(e, dict) and "to_code" in e
-                and (e["admitted"] if "methods" in e else e.get("identical", True))}
-    return {str(r.get("code", "unknown")) for r in finished(records.values())} | admitted
-
-
-def reproduce_cells(out: Path, records: dict[str, dict], protocol: Protocol,
-                    family: str = "unknown") -> dict[str, dict]:
-    """Method -> the run the reproduce check re-runs for it, for every method with a finished run in the folder: a
-    finished run of the sweep's numbers ``family`` (a run repeats only on its own: :mod:`feddg.numerics`; any
-    family when the sweep's is unknown), among the folder's runs and those moved aside under this protocol (a run
-    moved for its seed's family still measures its code), seed 0 where there is one, on the held-out site with the
-    fewest per-case scores (the quickest; ties by name). ConfigError naming the method and the family when
-    a method has no such run: then nothing is run or written."""
-    done = finished(records.values())
-    aside = [r for name, r in run_records(out, under=ASIDE_DIR).items()
-             if r.get("status") == "ok" and run_mismatch(protocol, name, r) is None]
-    chosen = {}
-    for method in sorted({r["run"]["method"] for r in done}):
-        ours = [r for r in (*done, *aside) if r["run"]["method"] == method
-                and family in ("unknown", run_family(r))]
-        if not ours:
-            raise ConfigError(f"{out}: --reproduce-check re-runs a finished run of every method on this machine's "
-                              f"CPU family ({family}), and {method} has none (its runs: "
-                              f"{', '.join(sorted({run_family(r) for r in done if r['run']['method'] == method}))}): "
-                              f"run the check on a machine of that family")
-        chosen[method] = min(ours, key=lambda r: (r["run"]["seed"] != 0, _n_scores(r), r["run"]["held_out"],
-                                                  r["run"]["seed"]))
-    return chosen
-
-
-def _n_scores(record: dict[str, Any]) -> int:
-    return sum(len(cases or {}) for sites in case_scores_of(record.get("report", {})).values()
-               for splits in sites.values() for cases in splits.values())
-
-
-def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout: float, reproduce: bool,
-               report: Callable[[str], None], executor: CellExecutor | None = None, cpu_pin: str = SWEEP_CPU_PIN,
-               family: str = "unknown") -> None:
-    """Refuse to add runs made by code other than the folder's (see the module docstring); with ``reproduce``,
-    re-run one cell of every method the folder holds with this code (:func:`reproduce_cells`) and accept the code
-    only when every per-case score of each is identical. The check, every method's cell, CPU model and result, is
-    recorded in ``sweep.json`` (``code_evidence``) whatever its result; a refusal names the first method that
-    differs and its first differing case."""
-    from feddg.report import code_fingerprint, cpu_model
-
-    current, here = code_fingerprint(), cpu_model()
-    path = out / SWEEP_FILE
-    done = {r["run_id"]: r for r in sorted(finished(records.values()), key=lambda r: r["run_id"])}
-    made_by = sorted({str(r.get("code", "unknown")) for r in done.values()})
-    if current in admitted_codes(out, records) or not done:
-        return
-    if not reproduce:
-        raise ConfigError(
-            f"{out}: its {len(done)} finished run(s) were made by code {', '.join(c[:12] for c in made_by)}; "
-            f"this code is {current[:12]}. A results folder holds one code version: use another --out, or "
-            f"--reproduce-check to re-run one cell of each of its methods with this code first (accepted only when "
-            f"every per-case score is identical)")
-    chosen = reproduce_cells(out, records, protocol, family)  # refused here, before anything runs
-    report(f"reproduce check: re-running {', '.join(r['run_id'] for r in chosen.values())} with code "
-           f"{current[:12]}")
-    scratch = out / REPRODUCE_DIR
-    shutil.rmtree(scratch, ignore_errors=True)
-    new: dict[str, dict[str, Any]] = {}
-    tails: dict[str, str] = {}
-    try:
-        cells = [prepare_cell(Run(**old["run"]), protocol, scratch, timeout, cpu_pin) for old in chosen.values()]
-        executor = executor or LocalExecutor()
-        executor.check(cells)
-        _run_cells(protocol, cells, executor, report, lambda cell, record: new.update({cell.run_id: record}))
-    finally:
-        for old in chosen.values():
-            log = scratch / "runs" / old["run_id"] / "simulate.log"
-            tails[old["run_id"]] = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-        shutil.rmtree(scratch, ignore_errors=True)
-    checks, refusal = [], None
-    for method, old in chosen.items():
-        rid, rerun = old["run_id"], new.get(old["run_id"], {})
-        entry = {"method": method, "run_id": rid, "from_code": old.get("code", "unknown"),
-                 "made_on": run_cpu(old), "family": run_family(old), "status": rerun.get("status", "not run")}
-        if rerun.get("status") != "ok":
-            entry["identical"] = False
-            refusal = refusal or (f"reproduce check: {method}'s {rid} did not finish with this code "
-                                  f"({rerun.get('status')}: {rerun.get('reason')}); log tail:\n{tails[rid]}")
-        else:
-            difference = first_difference(case_scores_of(old["report"]), case_scores_of(rerun["report"]))
-            entry.update(identical=difference is None, per_case_scores_compared=_n_scores(rerun))
-            if difference is not None:
-                entry["first_difference"] = difference.describe("with the old code", "with this code")
-                cpu = "" if family != "unknown" else (
-                    f". That run was made on {run_family(old)}, and where the runs were made now is not known here: "
-                    f"a run repeats only on its CPU family (feddg.numerics.numbers_family)")
-                refusal = refusal or (f"reproduce check: {method} ({rid}) gives other per-case scores with code "
-                                      f"{current[:12]} ({entry['first_difference']}); this code cannot add runs to "
-                                      f"{out}: use another --out{cpu}")
-        checks.append(entry)
-    recorded = read_json(path)
-    evidence = [*recorded.get("code_evidence", []),
-                {"to_code": current, "cpu": here, "family": family, "admitted": refusal is None, "methods": checks,
-                 "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
-    write_json(path, {**recorded, "code_evidence": evidence}, indent=2)
-    if refusal is not None:
-        raise ConfigError(refusal)
-    n_cases = sum(c["per_case_scores_compared"] for c in checks)
-    report(f"reproduce check: {len(checks)} method(s) identical in all {n_cases} per-case scores; code "
-           f"{current[:12]} accepted")
 
 
 def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run]) -> tuple[float, str]:
@@ -449,13 +223,11 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
 
 
 def this_family(executor: CellExecutor, cpu_pin: str) -> str:
-    """The numbers family of the runs ``executor`` makes with ``cpu_pin`` (:func:`feddg.numerics.numbers_family`):
+    """The numbers family of the runs ``executor`` makes with ``cpu_pin`` (:func:`feddg.numerics.host_family`):
     this host's when they run here, ``unknown`` when they run elsewhere (their records say it afterwards)."""
-    from feddg.report import cpu_model
-
     if not executor.runs_here:
         return "unknown"
-    return numbers_family(cpu_model(), cpu_pin if executor.applies_cpu_pin else "off", "avx512f" in cpu_flags())
+    return host_family(cpu_pin if executor.applies_cpu_pin else "off")
 
 
 def _ours(todo: list[Run], records: dict[str, dict], family: str, report: Callable[[str], None]) -> list[Run]:
@@ -539,4 +311,4 @@ def _run_all(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], cel
         if after_run is not None:
             after_run()
 
-    _run_cells(protocol, cells, executor, report, recorded)
+    run_cells(protocol, cells, executor, report, recorded)

@@ -23,6 +23,10 @@ the JSON-safe values, read without knowing the method.
 
 Best model: the global model with the highest mean validation Dice over the training sites' validation splits
 (each site's mean over its cases, then the plain mean over sites). The unseen site never selects a model.
+
+Why one module: NVFlare runs a workflow as one Controller, and its parts (the site check, the rounds, a lost site,
+the final evaluation, the report) read and write one state of the run: the sites, the round, the models, the
+report.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ from nvflare.apis.fl_constant import FLContextKey
 from nvflare.apis.fl_context import FLContext
 
 from feddg.config import FedDGConfig
-from feddg.flare.registry import load_experiment
+from feddg.experiment import load_experiment
+from feddg.flare import registry  # noqa: F401 - registers the methods' feddg.yaml sections
 
 
 def config_path(fl_ctx: FLContext, config_file: str) -> str:

@@ -14,14 +14,12 @@ when it is called.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
-from feddg.config import ConfigError, FedDGConfig
+from feddg.config import FedDGConfig
+from feddg.experiment import Section, merge
 
 if TYPE_CHECKING:
     from nvflare.apis.dxo import DXO
@@ -30,8 +28,6 @@ if TYPE_CHECKING:
 EgressCheck = Callable[["DXO", FedDGConfig, Mapping[str, Any]], None]
 # Why a method cannot act in an experiment (one line), or None when it can: read from the validated feddg.yaml.
 InactiveWhen = Callable[[FedDGConfig], str | None]
-# A check relating a part's section to the rest of the validated experiment: ConfigError naming the field, else None.
-ExperimentCheck = Callable[[FedDGConfig], None]
 
 
 @dataclass(frozen=True)
@@ -69,21 +65,6 @@ class SiteLimit:
 
 
 @dataclass(frozen=True)
-class Section:
-    """A part's own section of ``feddg.yaml``: its name, its schema, and the checks that relate it to the rest.
-
-    ``settings`` is a strict pydantic model (:class:`feddg.config.Section`) with ``Field(description=...)`` on every
-    key; the experiment schema gets a key ``name`` of that type (default: the model's defaults), and a job of a
-    method with this part writes the section out in full. ``checks`` run on the validated experiment, after the
-    base sections' own checks (:func:`feddg.config.validate`)."""
-
-    name: str
-    settings: type[BaseModel]
-    description: str
-    checks: tuple[ExperimentCheck, ...] = ()
-
-
-@dataclass(frozen=True)
 class SiteHook:
     """A site-side contribution to the local training of a round (:class:`feddg.flare.site_hooks.TrainingHook`).
 
@@ -94,6 +75,12 @@ class SiteHook:
 
     component: Component
     sends: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        # the executor finds its hooks by component id: a hook without one would be configured as nothing
+        if not self.component.id:
+            raise ValueError(f"site hook {self.component.path}: its Component needs an id (the executor's "
+                             f"site_hooks argument names the hooks by id)")
 
 
 @dataclass(frozen=True)
@@ -181,25 +168,6 @@ class MethodPart:
 
 
 BASE_EXECUTOR = "feddg.flare.executor.FedDGExecutor"
-
-
-def merge(base: Mapping[str, Any], overrides: Mapping[str, Any], _path: str = "") -> dict[str, Any]:
-    """``base`` with ``overrides`` applied key by key, nested mappings merged (neither is changed). ConfigError
-    naming the key when an override puts keys under a setting that holds a value (``train.lr.x`` under the number
-    ``train.lr``, ``data.sites.HK`` under the list ``data.sites``): only sections have keys."""
-    out = copy.deepcopy(dict(base))
-    for key, value in overrides.items():
-        where = f"{_path}{key}"
-        if isinstance(value, Mapping):
-            below = out.get(key, {})
-            if below is not None and not isinstance(below, Mapping):
-                first = next(iter(value), "")
-                raise ConfigError(f"--set {where}.{first}: {where} is a setting ({type(below).__name__} "
-                                  f"{below!r}), not a section, so it has no key {first!r}")
-            out[key] = merge(below or {}, value, f"{where}.")
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 A method is a name and the parts it is made of (:class:`~feddg.flare.method_spec.MethodPart`, one per method folder).
 Combinations are composed here, so that method folders never import each other: ELCFS + GA is ELCFS's part with
 GA's; MLA-BIN is FedAvg's rounds on the BIN-Net (``model.bin_levels: 3``, MLA-BIN section 2.3) with MLA's part.
-The job generator, the experiment schema, the site's egress filter and policy, ``feddg simulate``, ``feddg
-resume-job`` and the benchmark read the registered methods through this module's functions and never a method's
-name.
+The job generator, the site's egress filter and policy, ``feddg simulate``, ``feddg resume-job`` and the benchmark
+read the registered methods through this module's functions and never a method's name; registering a method adds
+its parts' ``feddg.yaml`` sections to the experiment model (:func:`feddg.experiment.add_section`), which knows no
+method.
 
 Adding a method: a new folder plus one registration here, or, for a method outside the package, an entry point in
 the group ``feddg.methods`` of the package that holds it (``module:attribute``, a :class:`Method` or a sequence of
@@ -20,18 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
-from feddg.config import ConfigError, FedDGConfig, config_from_dict, read_yaml
-from feddg.config import experiment_schema as _schema_of
+from feddg.experiment import add_section, check_section, merge, remove_section
 from feddg.flare.elcfs.part import PART as ELCFS
 from feddg.flare.fedavg.part import PART as FEDAVG
 from feddg.flare.fedprox.part import PART as FEDPROX
 from feddg.flare.ga.part import PART as GA
 from feddg.flare.gradalign.part import PART as GRADALIGN
-from feddg.flare.method_spec import (Component, EgressCheck, ExperimentCheck, Method, MethodPart, SavedModel,
-                                     ServerFile, SiteLimit, merge)
+from feddg.flare.method_spec import Component, EgressCheck, Method, MethodPart, SavedModel, ServerFile, SiteLimit
 from feddg.flare.mla.part import PART as MLA
 from feddg.flare.uniform.part import PART as UNIFORM
 
@@ -63,7 +61,15 @@ def register(method: Method) -> Method:
         for task, check in part.egress.items():
             if known.get(task, check) is not check:
                 raise ValueError(f"method {method.name!r}: task {task!r} already has another egress check")
+        if part.section is not None:
+            try:
+                check_section(part.section)  # refused before anything is registered
+            except ValueError as e:
+                raise ValueError(f"method {method.name!r}: part {part.name or '?'!r}: {e}") from None
     _METHODS[method.name] = method
+    for part in method.parts:
+        if part.section is not None:
+            add_section(part.section)
     return method
 
 
@@ -78,8 +84,13 @@ def _claims(part: MethodPart) -> list[tuple[str, str]]:
 
 
 def unregister(name: str) -> None:
-    """Remove a method added with :func:`register` (tests register toy methods)."""
-    _METHODS.pop(name, None)
+    """Remove a method added with :func:`register` (tests register toy methods), and from the experiment schema
+    the sections that no registered method uses any more."""
+    gone = _METHODS.pop(name, None)
+    kept = {id(p) for p in _parts()}
+    for part in gone.parts if gone is not None else ():
+        if part.section is not None and id(part) not in kept:
+            remove_section(part.section.name)
 
 
 def methods() -> dict[str, Method]:
@@ -130,32 +141,6 @@ def server_files() -> tuple[ServerFile, ...]:
 def saved_models() -> tuple[SavedModel, ...]:
     """The models the registered parts save beside the global model (``feddg evaluate`` scores them)."""
     return tuple(m for part in _parts() for m in part.saved_models)
-
-
-def experiment_schema() -> type[FedDGConfig]:
-    """The schema of a whole ``feddg.yaml``: the base sections and every registered part's own section."""
-    return _schema_of({p.section.name: (p.section.settings, p.section.description)
-                       for p in _parts() if p.section is not None})
-
-
-def experiment_checks() -> tuple[ExperimentCheck, ...]:
-    """The registered parts' checks that relate their sections to the rest of an experiment."""
-    return tuple(check for p in _parts() if p.section is not None for check in p.section.checks)
-
-
-def experiment_from_dict(raw: Any) -> FedDGConfig:
-    """Validate a whole experiment (:func:`feddg.config.config_from_dict` with :func:`experiment_schema` and the
-    parts' checks): an unknown section or key is refused by name."""
-    return config_from_dict(raw, experiment_schema(), experiment_checks())
-
-
-def load_experiment(path: str | Path) -> FedDGConfig:
-    """Read and validate a job's ``feddg.yaml`` (:func:`experiment_from_dict`); errors name the file."""
-    raw = read_yaml(path)
-    try:
-        return experiment_from_dict(raw)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
 
 
 def site_limits() -> dict[str, SiteLimit]:

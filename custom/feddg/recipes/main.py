@@ -119,8 +119,7 @@ def make_env(args: argparse.Namespace, sites: list[str]) -> ExecEnv:
 
 def run(args: argparse.Namespace) -> int:
     """Build the recipe and run it (or export it, with NVFlare's ``--export``); the exit status."""
-    from feddg.config import parse_overrides
-    from feddg.flare.registry import experiment_from_dict
+    from feddg.experiment import experiment_from_dict, parse_overrides
     from feddg.jobs import experiment
 
     _check_options(args)

@@ -23,8 +23,8 @@ from nvflare.job_config.api import FedJob
 from nvflare.recipe.spec import ExecEnv
 
 from feddg import poc
+from feddg.experiment import load_experiment
 from feddg.flare.constants import CONFIG_FILE
-from feddg.flare.registry import load_experiment
 
 COMPLETED = "FINISHED:COMPLETED"
 DEFAULT_WORKSPACE = Path("/tmp/feddg/poc")

@@ -41,11 +41,12 @@ from nvflare.private.fed.app.fl_conf import FL_PACKAGES
 from nvflare.recipe.spec import ExecEnv, Recipe
 
 from feddg.config import FedDGConfig
+from feddg.experiment import TASK_DEFAULTS, experiment_from_dict
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.method_spec import Method
-from feddg.flare.registry import experiment_from_dict, method, methods
+from feddg.flare.registry import method, methods
 from feddg.flare.site_policy import component_paths
-from feddg.jobs import JOBS, TASK_DEFAULTS, client_config, experiment, experiment_file, job_meta, server_config
+from feddg.jobs import JOBS, client_config, experiment, experiment_file, job_meta, server_config
 
 
 def job_names() -> list[str]:
@@ -72,7 +73,7 @@ class FedDGRecipe(Recipe):
         method: a registered method's name (:func:`feddg.flare.registry.methods`), also one registered from
             outside the package through the ``feddg.methods`` entry points.
         overrides: nested ``feddg.yaml`` settings on top of the task's and the method's (``--set``, parsed by
-            :func:`feddg.config.parse_overrides`).
+            :func:`feddg.experiment.parse_overrides`).
         name: the job's name (default ``<task>_<method>``): the export's folder and ``meta.json`` name.
 
     Raises:

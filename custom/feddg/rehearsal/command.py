@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from feddg.config import parse_overrides
+from feddg.experiment import parse_overrides
 from feddg.folders import guard_folder
 from feddg.flare.timings import TIMINGS_FILE, read_timings
 from feddg.jobs import override_job

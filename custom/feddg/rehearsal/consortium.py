@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 
 from feddg.config import FedDGConfig
+from feddg.experiment import load_experiment
 from feddg.flare.constants import CONFIG_FILE
-from feddg.flare.registry import load_experiment
 from feddg.flare.site_policy import install_site_policy
 from feddg.folders import claim, guard_folder
 from feddg.poc import POC, RehearsalError

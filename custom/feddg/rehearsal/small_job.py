@@ -6,8 +6,8 @@ import copy
 import shutil
 from pathlib import Path
 
+from feddg.experiment import TASK_DEFAULTS
 from feddg.folders import claim
-from feddg.jobs import TASK_DEFAULTS
 from feddg.recipes.export import write_job
 from feddg.rehearsal.consortium import DEAD_CLIENT_GRACE, HEART_BEAT_TIMEOUT
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from feddg.flare.registry import experiment_from_dict
 from feddg.data.dataset import load_site
+from feddg.experiment import experiment_from_dict
 from feddg.methods.mla.attention import attention_weights, train_domain_attention
 from feddg.methods.mla.encoders import build_feature_encoder, encode, global_model_encoder
 from feddg.nets.unet import FedDGUNet, build_model

@@ -34,6 +34,9 @@ queued is left to the restarted scheduler. If the server does not come back, eve
 ``interrupted`` and no other is submitted. A job the deployment ends with another status than
 ``FINISHED:COMPLETED`` is the run's failure, with the server's last error line. The cell's log
 (``OUT/runs/<id>/simulate.log``) holds the job's submission and status changes, then the server's log of the job.
+
+Why one module: one executor is one module (``executors/``: the seam in base.py, one module each); this one's
+length is the deployment's failure cases above, each handled where the job's state is.
 """
 
 from __future__ import annotations

@@ -25,8 +25,7 @@ from feddg.benchmark.executors.base import INTERRUPTED, OK, Cell, CellExecutor, 
 from feddg.benchmark.launch import Ended, SimulatorRun
 from feddg.benchmark.signals import STOP_SIGNALS
 from feddg.compute import available_cores
-from feddg.numerics import CPU_PIN_ENV, cpu_flags
-from feddg.report import cpu_model
+from feddg.numerics import CPU_PIN_ENV, cpu_flags, cpu_model
 
 GPU_FLAG = "-gpu"
 

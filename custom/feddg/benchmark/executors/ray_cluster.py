@@ -92,7 +92,8 @@ def run_cell_on_worker(job_tar: bytes, job_name: str, simulator_args: Sequence[s
 
     from feddg.benchmark.launch import SimulatorRun, run_simulator
     from feddg.numerics import CPU_PIN_ENV, cpu_flags
-    from feddg.report import code_fingerprint, cpu_model
+    from feddg.numerics import cpu_model
+    from feddg.report import code_fingerprint
 
     context = ray.get_runtime_context()
     node_id = context.get_node_id()

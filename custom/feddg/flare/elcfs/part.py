@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from feddg.config import FedDGConfig
+from feddg.experiment import Section
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.elcfs import settings
 from feddg.flare.elcfs.names import DEFAULT_MAX_HALF_WIDTH, ELCFSTask
-from feddg.flare.method_spec import Component, MethodPart, Section, SiteLimit, TaskFilter
+from feddg.flare.method_spec import Component, MethodPart, SiteLimit, TaskFilter
 
 if TYPE_CHECKING:
     from nvflare.apis.dxo import DXO

@@ -4,9 +4,10 @@ server writes, and the ``ga`` section of feddg.yaml."""
 from __future__ import annotations
 
 from feddg.config import FedDGConfig
+from feddg.experiment import Section
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.ga.settings import GASettings
-from feddg.flare.method_spec import Component, MethodPart, Section, ServerFile, SiteHook
+from feddg.flare.method_spec import Component, MethodPart, ServerFile, SiteHook
 
 AGGREGATOR = "feddg.flare.ga.aggregator.GeneralizationAdjustmentAggregator"
 GENERALIZATION_GAP = "generalization_gap"  # the one scalar a GA site adds to its training result (Eq. 2)

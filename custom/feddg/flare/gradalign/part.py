@@ -6,9 +6,10 @@ epochs of the other jobs so that the comparison with FedAvg holds."""
 from __future__ import annotations
 
 from feddg.config import FedDGConfig
+from feddg.experiment import Section
 from feddg.flare.constants import CONFIG_FILE
 from feddg.flare.gradalign.settings import GradAlignSettings
-from feddg.flare.method_spec import Component, MethodPart, Section
+from feddg.flare.method_spec import Component, MethodPart
 
 
 def inactive_when(cfg: FedDGConfig) -> str | None:

@@ -18,6 +18,9 @@ manifest maps each site to its file.
 The random encoder is rebuilt from its manifest entry (kind, in_channels, seed, width, depth) and its stored weights
 are then loaded: the stored weights are authoritative. If the seed regenerates different weights (another torch
 version), a warning says so, because the sites' feature bank was computed with the regenerated weights.
+
+Why one module: the bundle's writer, reader, checks and scorer are one file format; splitting them would put its
+contract (which file holds what, what is checked on reading) in two places.
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ from torch import nn
 
 import feddg
 from feddg.config import FedDGConfig
-from feddg.flare.registry import experiment_from_dict
 from feddg.data.dataset import SliceSet
 from feddg.evaluation import evaluate_sliceset, predict_logits, score_logits
+from feddg.experiment import experiment_from_dict
+from feddg.flare import registry  # noqa: F401 - registers the methods' feddg.yaml sections
 from feddg.jsonfile import write_json
 from feddg.methods.mla.attention import MODES, DomainAttention, attention_weights
 from feddg.methods.mla.combination import check_state_dicts, combine_state_dicts

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from feddg.config import FedDGConfig
+from feddg.experiment import Section
 from feddg.flare.constants import CONFIG_FILE
-from feddg.flare.method_spec import Component, MethodPart, SavedModel, Section, SiteLimit, TaskFilter
+from feddg.flare.method_spec import Component, MethodPart, SavedModel, SiteLimit, TaskFilter
 from feddg.flare.mla.names import DEFAULT_MAX_FEATURE_WIDTH, SHARE_LOCAL_MODEL, MLATask
 from feddg.flare.mla.settings import MLASettings
 from feddg.report import REPORT_FILE
