@@ -269,11 +269,9 @@ class MLAWorkflow(ServerPhase):
         """(site, features or None, reason when None)."""
         site = client_task.client.name
         result = client_task.result
-        if result is None:
-            return site, None, "no answer"
-        rc = result.get_return_code(ReturnCode.OK)
-        if rc != ReturnCode.OK:
-            return site, None, f"answered with {rc}"
+        problem = reply_problem(result)
+        if problem is not None:
+            return site, None, problem
         try:
             features = check_feature_payload(from_shareable(result), width, max_rows=self._cfg.mla.feature_images)
         except (PayloadRejected, ValueError) as e:
@@ -331,13 +329,19 @@ def _site_accuracy(attention, bank: dict[str, np.ndarray], order: list[str]) -> 
     return out
 
 
+def reply_problem(result: Shareable | None) -> str | None:
+    """Why a site's reply holds nothing to read ("no answer", or the return code it answered with), or None."""
+    if result is None:
+        return "no answer"
+    rc = result.get_return_code(ReturnCode.OK)
+    return None if rc == ReturnCode.OK else f"answered with {rc}"
+
+
 def _metrics_of(result: Shareable | None):
     """(metrics, meta, problem) of an ``mla_evaluate`` reply."""
-    if result is None:
-        return None, None, "no answer"
-    rc = result.get_return_code(ReturnCode.OK)
-    if rc != ReturnCode.OK:
-        return None, None, f"answered with {rc}"
+    problem = reply_problem(result)
+    if problem is not None:
+        return None, None, problem
     try:
         dxo = from_shareable(result)
     except ValueError as e:
