@@ -134,11 +134,12 @@ def _silent_sites(workspace: Path) -> str:
     if not server:
         return ""
     last = server[-1]
-    silent = sorted(set(_site_timings(workspace)) - set(last.get("results", {})))
+    silent = sorted(set(site_timings(workspace)) - set(last.get("results", {})))
     return f": no result in round {last['round']} from {', '.join(silent)}" if silent else ""
 
 
-def _site_timings(workspace: Path) -> dict[str, dict[int, dict]]:
+def site_timings(workspace: Path) -> dict[str, dict[int, dict]]:
+    """Site -> round -> its training task's timings record, from each site's timings file in a simulator workspace."""
     sites: dict[str, dict[int, dict]] = {}
     for path in sorted(workspace.glob(f"*/{SIMULATOR_JOB}/feddg_site_state/{TIMINGS_FILE}")):
         sites[path.parts[-4]] = {r["round"]: r for r in read_timings(path) if r.get("task") == "train"}
@@ -155,7 +156,7 @@ def breakdown(workspace: Path, launched: float | None = None, exited: float | No
     server = server_rounds(records)
     if not server:
         raise RuntimeError(f"no server timings under {workspace}: did the job run its rounds?")
-    sites = _site_timings(workspace)
+    sites = site_timings(workspace)
     rounds = []
     for s in server:
         r = s["round"]

@@ -115,3 +115,40 @@ def test_sweep_throughput_writes_its_measurements(tmp_path):
         assert sweep["statuses"] == ["ok", "ok"] and sweep["runs_per_hour"] > 0
         assert sweep["runs_per_hour"] == pytest.approx(3600 * 2 / sweep["wall_s"], rel=1e-3)
     assert "| 2 | 2 |" in (tmp_path / "st" / "sweep_throughput.md").read_text() and "runs per hour" in out
+
+
+def test_round_layouts_times_the_simulator_and_a_poc_side_by_side_with_the_same_scores(tmp_path):
+    """The sweep's timing cell (3 rounds of a tiny setting) in the simulator at two task_request_intervals and in a
+    local POC at one: every layout timed, and its per-case scores bit for bit the first layout's."""
+    _run("round_layouts.py", "--protocol", "fundus", "--rounds", "3", "--intervals", "0.25,0.05", *TINY,
+         "--out", str(tmp_path / "rl"), cache=tmp_path / "cache")
+    results = json.loads((tmp_path / "rl" / "round_layouts.json").read_text())
+    layouts = [(x["layout"], x["interval"]) for x in results["layouts"]]
+    assert layouts == [("simulator, every site at once", 0.25), ("simulator, every site at once", 0.05),
+                       ("POC, every site a client process", 0.25), ("POC, every site a client process", 0.05)]
+    reference = results["layouts"][0]["scores"]
+    assert reference["final"] and all(x["scores"] == reference for x in results["layouts"])
+    assert all(x["round_s"] > 0 and x["wall_s"] > x["round_s"] for x in results["layouts"])
+    markdown = (tmp_path / "rl" / "round_layouts.md").read_text()
+    assert markdown.count("| identical |") == 3 and "| the reference |" in markdown
+
+
+def test_round_layouts_reports_a_failed_layout_and_runs_the_others(tmp_path):
+    """A run that times out is a row naming the failure, not a zero; the other layouts still run and the script
+    exits 1."""
+    result = subprocess.run([sys.executable, "benchmarks/round_layouts.py", "--protocol", "fundus", "--rounds", "3",
+                             "--intervals", "0.25", "--processes", "2", "--no-poc", "--timeout", "2", *TINY,
+                             "--out", str(tmp_path / "rl")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    results = json.loads((tmp_path / "rl" / "round_layouts.json").read_text())
+    assert [x["layout"] for x in results["layouts"]] == ["simulator, every site at once", "simulator -t 2"]
+    assert all("stopped after 2 s" in x["failed"] for x in results["layouts"]), results["layouts"]
+    assert "| failed: " in (tmp_path / "rl" / "round_layouts.md").read_text()
+
+
+def test_round_layouts_refuses_a_wrong_interval_before_running(tmp_path):
+    result = subprocess.run([sys.executable, "benchmarks/round_layouts.py", "--protocol", "fundus", "--intervals",
+                             "0.25,soon", "--out", str(tmp_path / "rl")], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and "--intervals" in result.stderr
+    assert not (tmp_path / "rl").exists()

@@ -151,6 +151,8 @@ GUARDED = {
     ("nvflare.recipe", "--export-dir"): (
         _job_py("fundus_fedavg", "--export", "--export-dir", "{F}"), "--export-dir"),
     ("benchmarks/round_time.py", "--out"): (_script("round_time.py", "--out", "{F}"), "--out"),
+    ("benchmarks/round_layouts.py", "--out"): (_script("round_layouts.py", "--protocol", "fundus", "--out", "{F}"),
+                                               "--out"),
     ("benchmarks/sweep_throughput.py", "--out"): (_script("sweep_throughput.py", "--out", "{F}"), "--out"),
     ("benchmarks/pilot_rounds.py", "--out"): (
         _script("pilot_rounds.py", "--task", "fundus", "--out", "{F}"), "--out"),

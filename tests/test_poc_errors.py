@@ -36,3 +36,31 @@ def test_a_failed_download_is_said_not_raised(tmp_path, monkeypatch):
 
     monkeypatch.setattr(poc_module, "admin", failing_admin)
     assert "could not be downloaded: job download failed" in server_errors(_poc(tmp_path), "job-1", tmp_path / "dl")
+
+
+def test_the_cpu_pin_reaches_every_participant_the_poc_starts(tmp_path, monkeypatch):
+    """FEDDG_CPU_PIN=avx2 in the caller's environment: the server and every hospital start with the variables that
+    pin the kernels (their job processes inherit them), the hospitals also with their share of the cores."""
+    started: dict[str, dict[str, str]] = {}
+
+    class Running:
+        returncode = None
+
+        def poll(self):
+            return None
+
+    def fake_start(kit, log, env=None, prefix=None):
+        started[Path(kit).name] = dict(env or {})
+        return Running()
+
+    monkeypatch.setenv("FEDDG_CPU_PIN", "avx2")
+    monkeypatch.setattr(poc_module, "start_participant", fake_start)
+    monkeypatch.setattr(poc_module, "_wait_for_port", lambda *a, **k: None)
+    monkeypatch.setattr(poc_module.time, "sleep", lambda s: None)
+    poc = POC(workspace=tmp_path, prod=tmp_path, server="server", clients=["A", "B"], lead="lead@a")
+    monkeypatch.setattr(poc_module.socket.socket, "connect_ex", lambda self, addr: 1)  # the port is free
+    poc_module.start(poc)
+    assert sorted(started) == ["A", "B", "server"]
+    for name, env in started.items():
+        assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["ATEN_CPU_CAPABILITY"] == "avx2", name
+    assert started["A"]["FEDDG_SITE_PROCESSES"] == "2" and "FEDDG_SITE_PROCESSES" not in started["server"]

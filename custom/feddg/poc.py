@@ -101,10 +101,12 @@ def start(poc: POC, ready_timeout: float = 120) -> None:
     with socket.socket() as s:
         if s.connect_ex(("localhost", FED_LEARN_PORT)) == 0:
             raise RehearsalError(f"port {FED_LEARN_PORT} is in use: another FLARE server (a POC?) is running here")
-    poc.processes.append(start_participant(poc.kit(poc.server), poc.workspace / "logs" / "server.log"))
+    # FEDDG_CPU_PIN reaches the participants (and the job processes they start) as the variables that pin it
+    env = {**os.environ, **pinned_environment(cpu_pin_mode())}
+    poc.processes.append(start_participant(poc.kit(poc.server), poc.workspace / "logs" / "server.log", env))
     _wait_for_port("localhost", FED_LEARN_PORT, ready_timeout, poc)
     # Every hospital runs on this one host: each job process takes its share of the cores (feddg.compute).
-    site_env = {**os.environ, SITE_PROCESSES_ENV: str(len(poc.clients))}
+    site_env = {**env, SITE_PROCESSES_ENV: str(len(poc.clients))}
     for site in poc.clients:
         poc.processes.append(start_participant(poc.kit(site), poc.workspace / "logs" / f"{site}.log", site_env))
     time.sleep(5)  # let the clients register before a job is scheduled
