@@ -129,6 +129,10 @@ def test_round_layouts_times_the_simulator_and_a_poc_side_by_side_with_the_same_
     reference = results["layouts"][0]["scores"]
     assert reference["final"] and all(x["scores"] == reference for x in results["layouts"])
     assert all(x["round_s"] > 0 and x["wall_s"] > x["round_s"] for x in results["layouts"])
+    path = ("last_site_wait_s", "last_site_task_s", "after_last_s")  # the simulator's sites write their timings here
+    for x in results["layouts"]:
+        assert all((k in x) == x["layout"].startswith("simulator") for k in path), x
+        assert all(x[k] >= 0 for k in path if k in x), x
     markdown = (tmp_path / "rl" / "round_layouts.md").read_text()
     assert markdown.count("| identical |") == 3 and "| the reference |" in markdown
 
