@@ -70,12 +70,16 @@ class POC:
     def env(self) -> dict[str, str]:
         home = self.workspace / "home"
         home.mkdir(parents=True, exist_ok=True)
-        # FEDDG_CPU_PIN (feddg.numerics) reaches every participant as the variables that pin the kernels
-        return {**os.environ, **pinned_environment(cpu_pin_mode()), "HOME": str(home),
-                "NVFLARE_POC_WORKSPACE": str(self.workspace / "nvflare_poc")}
+        return {**pinned_environ(), "HOME": str(home), "NVFLARE_POC_WORKSPACE": str(self.workspace / "nvflare_poc")}
 
     def kit(self, name: str) -> Path:
         return self.prod / name
+
+
+def pinned_environ() -> dict[str, str]:
+    """This process's environment with ``FEDDG_CPU_PIN`` (:mod:`feddg.numerics`) turned into the variables that pin
+    the kernels: what every participant, admin command and job process of a POC starts with."""
+    return {**os.environ, **pinned_environment(cpu_pin_mode())}
 
 
 def prepare(workspace: Path, task: str, sites: list[str]) -> POC:
@@ -101,8 +105,7 @@ def start(poc: POC, ready_timeout: float = 120) -> None:
     with socket.socket() as s:
         if s.connect_ex(("localhost", FED_LEARN_PORT)) == 0:
             raise RehearsalError(f"port {FED_LEARN_PORT} is in use: another FLARE server (a POC?) is running here")
-    # FEDDG_CPU_PIN reaches the participants (and the job processes they start) as the variables that pin it
-    env = {**os.environ, **pinned_environment(cpu_pin_mode())}
+    env = pinned_environ()
     poc.processes.append(start_participant(poc.kit(poc.server), poc.workspace / "logs" / "server.log", env))
     _wait_for_port("localhost", FED_LEARN_PORT, ready_timeout, poc)
     # Every hospital runs on this one host: each job process takes its share of the cores (feddg.compute).
