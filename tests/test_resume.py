@@ -5,7 +5,10 @@ import shutil
 
 import pytest
 
-from feddg.flare.controller import ROUNDS_COMPLETED, RUN_ID
+from feddg.flare.constants import FedDGMeta
+from feddg.flare.controller import ROUNDS_COMPLETED
+
+RUN_ID = FedDGMeta.RUN_ID
 from feddg.recipes.export import write_job
 from feddg.resume import resume_job
 from tests.conftest import tiny_experiment
@@ -166,14 +169,15 @@ def test_the_workflow_and_its_persistor_write_a_result_that_resumes(tmp_path):
     from nvflare.apis.event_type import EventType
     from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
-    from feddg.flare.constants import FedDGMeta
     from feddg.flare.persistor import FedDGModelPersistor
+    from tests.flare.test_controller import RUN as THIS_RUN
     from tests.flare.test_controller import SITES, _controller
 
     def update(site, params):
         return FLModel(params={k: v + 1 if v.dtype.kind == "f" else v for k, v in params.items()},
                        params_type=ParamsType.FULL,
-                       meta={"client_name": site, FedDGMeta.NUM_TRAIN_SAMPLES: 10, FedDGMeta.VAL_DICE: 0.5})
+                       meta={"client_name": site, FedDGMeta.NUM_TRAIN_SAMPLES: 10, FedDGMeta.VAL_DICE: 0.5,
+                             FedDGMeta.RUN_ID: THIS_RUN})
 
     results = []
     ctl, cfg = _controller(tmp_path / "run", results, min_sites=3)

@@ -49,8 +49,8 @@ import yaml
 
 from feddg.config import FedDGConfig
 from feddg.experiment import experiment_from_dict, load_experiment
-from feddg.flare.constants import CONFIG_FILE
-from feddg.flare.controller import PROGRESS_FILE, ROUNDS_COMPLETED, RUN_ID
+from feddg.flare.constants import CONFIG_FILE, FedDGMeta
+from feddg.flare.controller import PROGRESS_FILE, ROUNDS_COMPLETED
 from feddg.flare.method_spec import ServerFile
 from feddg.flare.registry import server_files
 from feddg.flare.site_policy import component_entries
@@ -169,7 +169,7 @@ def _rounds_done(progress_file: Path, checkpoint: Path, job_cfg: FedDGConfig, jo
                          f"those {done} rounds (progress files of feddg releases before resume-checking lack it); "
                          f"the run cannot be resumed safely")
     saved = read_checkpoint(checkpoint)
-    saved_run, saved_done = saved.meta.get(RUN_ID), saved.meta.get(ROUNDS_COMPLETED)
+    saved_run, saved_done = saved.meta.get(FedDGMeta.RUN_ID), saved.meta.get(ROUNDS_COMPLETED)
     if saved_run is None or saved_done is None:
         raise ValueError(f"{checkpoint}: the model does not record the run and round it was saved after, so "
                          f"nothing shows that it belongs to {progress_file}; the run cannot be resumed safely")

@@ -40,6 +40,15 @@ def _records(out: Path) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in sorted(out.glob("runs/*/run.json"))}
 
 
+def _evidence(record: dict) -> str:
+    """What a differing run's record says about how it ran: the splits each site's final evaluation answered with,
+    the executor's attempts, and its log's lines on answers from another run's process."""
+    splits = {site: sorted(entry["splits"]) for site, entry in record["report"]["models"]["final"]["sites"].items()}
+    log = Path(record["log"]).read_text(errors="replace").splitlines()
+    foreign = [line[-300:] for line in log if "another run" in line]
+    return f"final splits {splits}, attempts {record['executor']['attempts']}, other-run lines {foreign[:4]}"
+
+
 def _site_processes(log: str) -> int:
     prefix = f"running NVFlare's simulator: {SITE_PROCESSES_ENV}="
     line = next(line for line in log.splitlines() if line.startswith(prefix))
@@ -57,7 +66,9 @@ def test_two_local_runs_at_once_give_the_same_per_case_scores_as_one_at_a_time(t
         assert one[run_id]["status"] == two[run_id]["status"] == "ok"
         cases = case_scores_of(one[run_id]["report"])
         assert cases["final"]["Domain1"]["test"], "the held-out site's per-case scores are there"
-        assert case_scores_of(two[run_id]["report"]) == cases, f"{run_id}: other scores with two runs at once"
+        assert case_scores_of(two[run_id]["report"]) == cases, (
+            f"{run_id}: other scores with two runs at once; alone: {_evidence(one[run_id])}; two at once: "
+            f"{_evidence(two[run_id])}")
         assert one[run_id]["executor"]["executor"] == "local" and one[run_id]["executor"]["parallel"] == 1
         assert two[run_id]["executor"]["parallel"] == 2 and two[run_id]["executor"]["attempts"] in (1, 2)
         # the thread budget counts every site process on the host: both runs' sites

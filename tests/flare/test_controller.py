@@ -20,6 +20,7 @@ from tests.flare.fl_context import make_context
 from feddg.flare.mla.payloads import SHARE_LOCAL_MODEL
 
 SITES = ["A", "B", "C"]
+RUN = "this-run"  # the controller's run id in these tests (drawn at random in a real run)
 
 
 class RecordingPersistor:
@@ -42,8 +43,26 @@ def _controller(tmp_path, results, min_sites):
     ctl.num_rounds, ctl.current_round = 3, 0
     ctl.panics = []
     ctl.panic = ctl.panics.append
-    ctl.broadcast_model = lambda **_: results
+    ctl._run_id = RUN
+    ctl.broadcast_model = _as_nvflare_broadcasts(ctl, results)
     return ctl, cfg
+
+
+def _as_nvflare_broadcasts(ctl, results):
+    """A broadcast that hands ``results`` back as NVFlare's does: with a callback, each result goes through it and
+    the broadcast returns what the callback collected."""
+
+    def broadcast_model(callback=None, **_):
+        ctl._results = []
+        for result in results:
+            if callback is not None:
+                callback(result)
+            else:
+                ctl._results.append(result)
+        out, ctl._results = ctl._results, []
+        return out
+
+    return broadcast_model
 
 
 def _global():
@@ -53,7 +72,8 @@ def _global():
 def _update(site, value, n=10, val_dice=0.5):
     return FLModel(params={"w": np.full(2, value, np.float32), "n": np.array(3, np.int64)},
                    params_type=ParamsType.FULL,
-                   meta={"client_name": site, FedDGMeta.NUM_TRAIN_SAMPLES: n, FedDGMeta.VAL_DICE: val_dice})
+                   meta={"client_name": site, FedDGMeta.NUM_TRAIN_SAMPLES: n, FedDGMeta.VAL_DICE: val_dice,
+                         FedDGMeta.RUN_ID: RUN})
 
 
 def test_nan_update_is_rejected_naming_the_site_and_the_round_goes_on(tmp_path, caplog):
@@ -134,7 +154,7 @@ def test_a_lost_site_is_reported_missing_in_the_evaluation_not_scored(tmp_path):
 
     def broadcast_model(targets, **_):
         asked.append(list(targets))
-        return [FLModel(params={}, metrics=metrics, meta={"client_name": s}) for s in targets]
+        return [FLModel(params={}, metrics=metrics, meta={"client_name": s, FedDGMeta.RUN_ID: RUN}) for s in targets]
 
     ctl.broadcast_model = broadcast_model
     _connection_event(ctl, EventType.CLIENT_DISCONNECTED, "U")  # the unseen site itself
@@ -183,8 +203,8 @@ def test_an_aggregator_without_diagnostics_leaves_an_empty_aggregation_entry(tmp
 
 # ---------------------------------------------------------------------- local models kept for MLA
 def _keeping_controller(tmp_path, results, keep=True, num_rounds=1):
-    """A controller whose broadcast behaves as NVFlare's (with a callback, each result goes through it), handing the
-    final round to MLA's LocalModelKeeper when ``keep``, as an MLA job's config makes it."""
+    """A controller handing the final round to MLA's LocalModelKeeper when ``keep``, as an MLA job's config makes
+    it."""
     from nvflare.apis.event_type import EventType
 
     from feddg.flare.mla.local_models import LocalModelKeeper
@@ -194,18 +214,6 @@ def _keeping_controller(tmp_path, results, keep=True, num_rounds=1):
         ctl.final_round_receiver = LocalModelKeeper()
         ctl.final_round_receiver.handle_event(EventType.START_RUN, ctl.fl_ctx)
     ctl.num_rounds = num_rounds
-
-    def broadcast_model(callback=None, **_):
-        ctl._results = []
-        for result in results:
-            if callback is not None:
-                callback(result)
-            else:
-                ctl._results.append(result)
-        out, ctl._results = ctl._results, []
-        return out
-
-    ctl.broadcast_model = broadcast_model
     return ctl, cfg
 
 
@@ -280,7 +288,7 @@ def test_without_a_final_round_receiver_nothing_is_kept(tmp_path):
 
 def _site_info(site, version="0.1.0", digest="aaaa"):
     return FLModel(params={}, metrics={"feddg_version": version, "preprocessing_hash": digest},
-                   meta={"client_name": site})
+                   meta={"client_name": site, FedDGMeta.RUN_ID: RUN})
 
 
 def test_job_start_refuses_to_train_when_sites_differ_naming_them(tmp_path):
@@ -299,3 +307,61 @@ def test_job_start_goes_on_when_sites_agree_and_names_silent_ones(tmp_path, capl
     with caplog.at_level(logging.WARNING):
         assert ctl._sites_agree(cfg) is True
     assert ctl.panics == [] and "no version/preprocessing report from ['C']" in caplog.text
+
+
+# ---------------------------------------------------------------------- answers from another run's process
+def _of_run(model: FLModel, run) -> FLModel:
+    model.meta[FedDGMeta.RUN_ID] = run
+    if run is None:
+        del model.meta[FedDGMeta.RUN_ID]
+    return model
+
+
+@pytest.mark.parametrize("run", ["another-run", None])
+def test_a_training_result_of_another_run_is_left_out_naming_the_site_and_both_runs(tmp_path, caplog, run):
+    """A process of another simulator run on this host answering under site B's name: its update never reaches the
+    average (nor MLA's receiver), and the round goes on as without B's answer."""
+    ctl, cfg = _keeping_controller(tmp_path, [_shared("A", 1.0), _of_run(_shared("B", 100.0), run),
+                                              _shared("C", 3.0, n=30)])
+    with caplog.at_level(logging.WARNING):
+        model = ctl._run_round(_global(), SITES, 2, cfg)
+    np.testing.assert_allclose(model.params["w"], [2.5, 2.5])  # (10 * 1 + 30 * 3) / 40: B's 100 left out
+    assert _store(tmp_path).sites() == ["A", "C"]
+    line = next(r.getMessage() for r in caplog.records if "answer under site B" in r.getMessage())
+    whose = f"serves run {run}" if run is not None else "names no run"
+    assert f"comes from a process that {whose}, not this run {RUN}" in line and "left out" in line
+    assert any("no result from ['B']" in r.getMessage() for r in caplog.records)
+    assert ctl._history[-1]["sites"] == ["A", "C"]
+
+
+def test_the_models_sent_name_this_run_even_when_a_resumed_checkpoint_names_the_last(tmp_path):
+    sent = []
+    ctl, cfg = _controller(tmp_path, [_update("A", 1.0), _update("B", 1.0), _update("C", 1.0)], min_sites=3)
+    ctl.broadcast_model = lambda data, **_: sent.append(dict(data.meta)) or [_update(s, 1.0) for s in SITES]
+    resumed = _global()
+    resumed.meta = {FedDGMeta.RUN_ID: "the-run-that-saved-it"}
+    ctl._run_round(resumed, SITES, 3, cfg)
+    ctl._evaluate({"w": np.zeros(2)}, "final", 1, cfg)
+    assert [m[FedDGMeta.RUN_ID] for m in sent] == [RUN, RUN]
+
+
+def test_an_evaluation_of_another_run_is_left_out_and_the_site_reported_missing(tmp_path, caplog):
+    ctl, cfg = _controller(tmp_path, [], min_sites=1)
+    metrics = {"test": {"dice": {"prostate": {"mean": 0.7}}}}
+    ctl.broadcast_model = lambda targets, **_: [
+        FLModel(params={}, metrics=metrics, meta={"client_name": s, FedDGMeta.RUN_ID: "x" if s == "U" else RUN})
+        for s in targets]
+    with caplog.at_level(logging.ERROR):
+        evaluation = ctl._evaluate({"w": np.zeros(2)}, "final", 3, cfg)
+    assert sorted(evaluation["sites"]) == SITES and evaluation["missing_sites"] == ["U"]
+    assert any("evaluation of the final model: the answer under site U comes from a process that serves run x"
+               in r.getMessage() for r in caplog.records)
+
+
+def test_a_site_info_answer_of_another_run_does_not_count_as_the_sites(tmp_path, caplog):
+    ctl, cfg = _controller(tmp_path, [], min_sites=None)
+    ctl.broadcast_model = lambda **kw: [_site_info("A"), _site_info("B"), _site_info("U"),
+                                        _of_run(_site_info("C", digest="bbbb"), "x")]
+    with caplog.at_level(logging.WARNING):
+        assert ctl._sites_agree(cfg) is True  # C's other-run answer neither disagrees nor counts
+    assert "no version/preprocessing report from ['C']" in caplog.text and "job start: the answer under site C" in caplog.text

@@ -239,3 +239,26 @@ def test_an_unexpected_failure_is_an_error_reply_without_a_traceback_upstream(tm
     assert errors and all("/opt/x" not in m and "Traceback" not in m for m in errors), errors
     assert any(m.endswith("task train failed at site BIDMC: RuntimeError: boom in <path>") for m in errors)
     assert any("Traceback" in r.getMessage() for r in caplog.records if r.levelno == logging.INFO)
+
+
+def test_results_name_the_run_this_process_serves_the_first_a_task_named(tmp_path, exp, caplog):
+    """The server tells its run's sites from another run's process under the same site name by the run each result
+    names: the first run a task named, whatever run a later task names."""
+    import logging
+
+    fl_ctx, _ = _context(tmp_path, "RUNMC", exp)
+    weights = _global_weights(exp)
+    executor = FedDGExecutor()
+    info = DXO(DataKind.WEIGHTS, data={}, meta={FedDGMeta.RUN_ID: "run-a"}).to_shareable()
+    first = executor.execute(FedDGTask.SITE_INFO, info, fl_ctx, Signal())
+    assert from_shareable(first).meta[FedDGMeta.RUN_ID] == "run-a"
+    with caplog.at_level(logging.ERROR):
+        other = executor.execute(FedDGTask.EVALUATE, _task(weights, meta={FedDGMeta.MODEL_NAME: "final",
+                                                                         FedDGMeta.RUN_ID: "run-b"}), fl_ctx, Signal())
+    assert from_shareable(other).meta[FedDGMeta.RUN_ID] == "run-a"
+    assert "this process serves run run-a, but a task of run run-b reached it" in caplog.text
+    unnamed = executor.execute(FedDGTask.EVALUATE, _task(weights, meta={FedDGMeta.MODEL_NAME: "final"}), fl_ctx,
+                               Signal())
+    assert FedDGMeta.RUN_ID not in from_shareable(unnamed).meta  # a task that names no run gets no run back
+    refused = executor.execute(FedDGTask.TRAIN, _task(weights, meta={FedDGMeta.RUN_ID: "run-a"}), fl_ctx, Signal())
+    assert refused.get_return_code() == ReturnCode.EXECUTION_EXCEPTION  # an error reply stays one, without a DXO

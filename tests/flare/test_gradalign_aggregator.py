@@ -10,11 +10,12 @@ from nvflare.app_common.abstract.fl_model import FLModel, ParamsType
 
 from nvflare.apis.event_type import EventType
 
+from feddg.flare.constants import FedDGMeta
 from feddg.flare.gradalign.aggregator import GradientAlignmentAggregator
 from feddg.methods.gradalign import align, align_updates, random_orders
 from tests.conftest import tiny_experiment
 from tests.flare.fl_context import make_context
-from tests.flare.test_controller import _controller
+from tests.flare.test_controller import RUN, _controller
 
 
 def _started(tmp_path, seed=0, **gradalign) -> GradientAlignmentAggregator:
@@ -77,7 +78,8 @@ def test_single_site_gives_its_own_update():
 def test_in_a_round_a_nan_update_is_rejected_and_never_added(tmp_path, caplog):
     def update(site, w):
         return FLModel(params={"w": np.asarray(w, np.float32), "n": np.array(1, np.int64)},
-                       params_type=ParamsType.DIFF, meta={"client_name": site, "num_train_samples": 5})
+                       params_type=ParamsType.DIFF,
+                       meta={"client_name": site, "num_train_samples": 5, FedDGMeta.RUN_ID: RUN})
 
     results = [update("A", [1.0, 0.0]), update("B", [np.nan, 1.0]), update("C", [0.0, -1.0])]
     ctl, cfg = _controller(tmp_path, results, min_sites=2)

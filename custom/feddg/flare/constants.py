@@ -10,7 +10,7 @@ class FedDGTask:
 
 
 class FedDGMeta:
-    """Keys of the training result's metadata (DXO meta / FLModel.meta)."""
+    """Keys of the tasks' and results' metadata (DXO meta / FLModel.meta)."""
 
     NUM_TRAIN_SAMPLES = "num_train_samples"  # N_k, training slices at the site: the FedAvg weight
     VAL_DICE = "val_dice"  # mean validation Dice of the *received* global model
@@ -18,6 +18,11 @@ class FedDGMeta:
     TRAIN_LOSS = "train_loss"  # mean local training loss of this round
     MODEL_NAME = "model_name"  # on evaluate tasks: "final" or "best"
     ROUND = "model_round"  # on evaluate tasks: the round that produced the model
+    # The run of the rounds' workflow, a random id it draws at start: on every task it sends (site_info, train,
+    # evaluate) and on the saved global model; a site process answers these tasks with the run it served first.
+    # NVFlare's simulator names every job "simulate_job", so only this id tells a site of this run from a process
+    # of another run on the same host that answers under the same site name.
+    RUN_ID = "feddg_run_id"
 
 
 CONFIG_FILE = "feddg.yaml"

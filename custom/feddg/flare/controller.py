@@ -12,6 +12,11 @@ Over the wire:
     (MLA keeps the local models of the sites that opted in) names a :class:`FinalRoundReceiver` component.
   * ``evaluate`` task: a model's weights with metadata ``model_name`` and ``model_round``. Result: DXO METRICS,
     one summary (Dice/HD95/ASD per structure, mean and std) per split of the site's data.
+  * every task (``site_info`` included) carries the run's id (``feddg_run_id``, drawn at start), and every result
+    the id of the run its site process serves (:class:`~feddg.flare.executor.FedDGExecutor`). A result of another
+    run is named and left out: NVFlare's simulator calls every job ``simulate_job``, so on a host that runs several
+    simulators (the benchmark's ``--parallel``, tests) the id is what tells this run's site from another run's
+    process that answers under the same name.
 
 A site NVFlare declares disconnected (no heartbeat for the server kit's ``heart_beat_timeout``, then the job's
 ``dead_client_grace_period``: 600 s + 60 s by default) is sent no more tasks until it comes back; the report names it
@@ -65,10 +70,9 @@ from feddg.report import REPORT_FILE, evaluation_rows, format_table, mean_of, so
 
 
 # After every round the workflow saves the global model (through the persistor), then writes PROGRESS_FILE with the
-# rounds behind it. Both carry the same run id and round count (the model in its metadata, which the persistor
-# stores with the weights as the checkpoint's ``meta_props``), so that `feddg resume-job` can tell a progress file
-# and a checkpoint of the same save from two that do not belong together.
-RUN_ID = "feddg_run_id"  # model metadata key: the run that saved the model (a random id per run of the workflow)
+# rounds behind it. Both carry the same run id (FedDGMeta.RUN_ID) and round count (the model in its metadata, which
+# the persistor stores with the weights as the checkpoint's ``meta_props``), so that `feddg resume-job` can tell a
+# progress file and a checkpoint of the same save from two that do not belong together.
 ROUNDS_COMPLETED = "feddg_rounds_completed"  # model metadata key: the rounds behind the saved model
 NR_AGGREGATED = "nr_aggregated"  # NVFlare's aggregate metadata key: how many results it averages
 
@@ -222,11 +226,14 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         (the rounds' minimum of sites decides)."""
         sites = list(cfg.data.sites)
         results = self.broadcast_model(
-            data=FLModel(params={}, params_type=ParamsType.FULL), task_name=FedDGTask.SITE_INFO, targets=sites,
-            min_responses=len(sites), timeout=cfg.train.task_timeout, wait_time_after_min_received=0,
+            data=FLModel(params={}, params_type=ParamsType.FULL, meta={FedDGMeta.RUN_ID: self._run_id}),
+            task_name=FedDGTask.SITE_INFO, targets=sites, min_responses=len(sites), timeout=cfg.train.task_timeout,
+            wait_time_after_min_received=0,
         )
         fingerprints = {}
         for result in results:
+            if not self._of_this_run(result, "job start"):
+                continue
             site = result.meta.get("client_name", "?")
             if isinstance(result.metrics, dict) and result.metrics:
                 fingerprints[site] = result.metrics
@@ -255,6 +262,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             return None
         self.info(f"round {r} of {self.num_rounds}: sending the global model to {train_sites}")
         model.current_round = r
+        model.meta = {**(model.meta or {}), FedDGMeta.RUN_ID: self._run_id}  # a resumed job's model names the old run
         self.fl_ctx.set_prop(AppConstants.CURRENT_ROUND, r, private=True, sticky=False)
         if self.aggregator.fl_ctx:  # the aggregator keeps its own context (as in NVFlare's FedAvg)
             self.aggregator.fl_ctx.set_prop(AppConstants.CURRENT_ROUND, r, private=True, sticky=False)
@@ -310,7 +318,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
 
         model = self.update_model(model, aggregated)
         model.params = {k: cast_like(v, sent[k]) for k, v in model.params.items()}
-        model.meta = {**(model.meta or {}), RUN_ID: self._run_id, ROUNDS_COMPLETED: r + 1}
+        model.meta = {**(model.meta or {}), FedDGMeta.RUN_ID: self._run_id, ROUNDS_COMPLETED: r + 1}
         timing["aggregation_s"] = time.perf_counter() - aggregation_started
         save_started = time.perf_counter()
         self.save_model(model)
@@ -329,6 +337,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         does not lose what the receiver keeps), then on to the round as usual."""
 
         def receive(result: FLModel) -> bool:
+            if not self._of_this_run(result, f"round {r}"):
+                return True  # not collected: the round goes on without it, as without an answer
             arrivals[str(result.meta.get("client_name", "?"))] = time.time()
             # With a callback, NVFlare's blocking broadcast_model returns only what the callback collects into
             # its internal result list; collect it there, so the round sees every result as without a callback.
@@ -343,6 +353,19 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             return True
 
         return receive
+
+    def _of_this_run(self, result: FLModel, step: str) -> bool:
+        """Whether ``result`` comes from a site process of this run (its ``feddg_run_id`` is this run's); if not, an
+        error names the site, both runs and ``step``, and the caller leaves the result out."""
+        served = result.meta.get(FedDGMeta.RUN_ID)
+        if served == self._run_id:
+            return True
+        site = result.meta.get("client_name", "?")
+        whose = f"serves run {served}" if served is not None else "names no run"
+        self.error(f"{step}: the answer under site {site} comes from a process that {whose}, not this run "
+                   f"{self._run_id}: a site process of another run on this host (NVFlare's simulator names every job "
+                   f"simulate_job) answered as {site}; its answer is left out")
+        return False
 
     # ------------------------------------------------------------------ best model
     def _consider_best(self, rounds_trained: int, params: dict, score: float) -> None:
@@ -372,7 +395,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
             return None
         self.info(f"evaluating the {name} global model (after {rounds_trained} rounds) at {sites}")
         data = FLModel(params=params, params_type=ParamsType.FULL,
-                       meta={FedDGMeta.MODEL_NAME: name, FedDGMeta.ROUND: rounds_trained})
+                       meta={FedDGMeta.MODEL_NAME: name, FedDGMeta.ROUND: rounds_trained,
+                             FedDGMeta.RUN_ID: self._run_id})
         results = self.broadcast_model(
             data=data, task_name=FedDGTask.EVALUATE, targets=sites, min_responses=1,
             timeout=cfg.eval.timeout or cfg.train.task_timeout,
@@ -384,6 +408,8 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
                       f"answer to go on and waits for every site)")
         evaluation: dict[str, Any] = {"rounds_trained": rounds_trained, "sites": {}, "missing_sites": []}
         for result in results:
+            if not self._of_this_run(result, f"evaluation of the {name} model"):
+                continue
             site = result.meta.get("client_name", "?")
             if not isinstance(result.metrics, dict) or not result.metrics:
                 self.error(f"evaluation of the {name} model: site {site} returned no metrics")

@@ -9,6 +9,11 @@ Tasks (names configurable, defaults in :class:`feddg.flare.constants.FedDGTask`)
   * ``evaluate``: in, a model's weights. Out, DXO METRICS: {split: summary} for every non-empty split the
     site has ("val" and the in-domain "test" at a training site, "test" at the unseen site).
 
+Every result of a task that names its run (``feddg_run_id``: the rounds' workflow sends it on ``site_info``,
+``train`` and ``evaluate``) names the run this site process serves: the first run a task named. A task of another
+run (another simulator's server on the same host, reached under this site's name) is answered with this process's
+own run, and that server leaves the answer out (:mod:`feddg.flare.controller`).
+
 Nothing but weights, scalars and metric summaries leaves the site.
 
 State kept between rounds (optimizer moments, last local loss) lives in the site's run folder, not only in
@@ -42,7 +47,7 @@ from feddg.data.errors import DataError
 from feddg.evaluation import evaluate_sliceset, validation_scores
 from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask
 from feddg.flare.job_config import load_job_config
-from feddg.flare.payloads import with_case_scores
+from feddg.flare.payloads import run_of, with_case_scores, with_run
 from feddg.flare.redact import public, scrub
 from feddg.flare.site_config import SiteConfigError, load_site_config, site_config_path, site_data
 from feddg.flare.site_hooks import TrainingContext, TrainingHook
@@ -119,6 +124,7 @@ class FedDGExecutor(Executor):
         self._data: dict[str, SliceSet] | None = None
         self._site: str | None = None
         self._received, self._setup_s = 0.0, 0.0  # when the current task arrived; its data loading, s
+        self._run: str | None = None  # the run this process serves: the first a task named (FedDGMeta.RUN_ID)
         # task name -> handler; a method's executor adds its own tasks (site_info is answered before any setup)
         self.handlers: dict[str, TaskHandler] = {
             train_task_name: TaskHandler(self._train_task, unseen_site_refuses=True, refusal="it never trains"),
@@ -136,11 +142,27 @@ class FedDGExecutor(Executor):
 
     def execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         try:
-            return self._execute(task_name, shareable, fl_ctx, abort_signal)
+            named = self._serve(shareable, fl_ctx)
+            reply = self._execute(task_name, shareable, fl_ctx, abort_signal)
+            return with_run(reply, self._run) if named else reply
         except Exception as e:  # noqa: BLE001 - the site answers with an error, NVFlare logs no traceback with paths
             super().log_info(fl_ctx, f"(local detail) task {task_name} failed:\n{traceback.format_exc()}")
             self.log_error(fl_ctx, f"task {task_name} failed at site {fl_ctx.get_identity_name()}: {public(e)}")
             return make_reply(ReturnCode.EXECUTION_EXCEPTION)
+
+    def _serve(self, shareable: Shareable, fl_ctx: FLContext) -> bool:
+        """Whether the task names its run; the first run named is the one this process serves from then on. A task
+        of another run is logged: its server will leave this process's answer out."""
+        run = run_of(shareable)
+        if run is None:
+            return False
+        if self._run is None:
+            self._run = run
+        elif run != self._run:
+            self.log_error(fl_ctx, f"site {fl_ctx.get_identity_name()}: this process serves run {self._run}, but a "
+                                   f"task of run {run} reached it (another run's server on this host); the answer "
+                                   f"names run {self._run}, and that server leaves it out")
+        return True
 
     def _execute(self, task_name: str, shareable: Shareable, fl_ctx: FLContext, abort_signal: Signal) -> Shareable:
         if task_name == FedDGTask.SITE_INFO:

@@ -13,6 +13,8 @@ reason that names what is wrong but never carries the values.
       per-case scores under :data:`CASES` (:func:`case_scores`: Dice, HD95 and ASD of each structure by an
       anonymous index, never a case id or a file name); meta :data:`EVALUATE_META`.
   * ``site_info`` result: DXO ``METRICS`` with two short strings (feddg version, preprocessing hash).
+  * the results of these three tasks name the run their site process serves (:data:`RUN_META`, a random id the
+      server drew; :func:`run_of`, :func:`with_run`).
   * every payload (:func:`check_envelope`): nothing outside the DXO and its headers, no arrays in the headers.
 """
 
@@ -22,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from nvflare.apis.dxo import DXO, DataKind, MetaKey
+from nvflare.apis.dxo import DXO, DataKind, MetaKey, from_shareable
 from nvflare.apis.shareable import ReservedHeaderKey, Shareable
 
 
@@ -34,10 +36,11 @@ _HEADERS_KEY = ReservedHeaderKey.HEADERS
 # Meta keys NVFlare itself may add to a DXO on its way out.
 NVFLARE_META = {MetaKey.FILTER_HISTORY}
 
-# Scalars the results of the shared tasks may carry in their metadata.
+# Scalars the results of the shared tasks may carry in their metadata; each names the run its site serves.
+RUN_META = {FedDGMeta.RUN_ID}
 TRAIN_META = {FedDGMeta.NUM_TRAIN_SAMPLES, FedDGMeta.VAL_DICE, FedDGMeta.VAL_LOSS, FedDGMeta.TRAIN_LOSS,
-              MetaKey.NUM_STEPS_CURRENT_ROUND}
-EVALUATE_META = {FedDGMeta.MODEL_NAME, FedDGMeta.ROUND}
+              MetaKey.NUM_STEPS_CURRENT_ROUND} | RUN_META
+EVALUATE_META = {FedDGMeta.MODEL_NAME, FedDGMeta.ROUND} | RUN_META
 
 
 CASES = "cases"  # key of the per-case scores in an evaluate result's split summary
@@ -198,7 +201,26 @@ def check_site_info_result(dxo: DXO | None) -> None:
     """The ``site_info`` result: the site's feddg version and preprocessing hash."""
     dxo = required(dxo)
     check_metrics_payload(dxo, max_values=2)
-    check_scalar_meta(dxo, set())
+    check_scalar_meta(dxo, RUN_META)
+
+
+def run_of(shareable: Shareable) -> str | None:
+    """The run a task or a result names (:attr:`FedDGMeta.RUN_ID` in its DXO's meta); None when it names none or
+    carries no DXO."""
+    raw = shareable.get(_DXO_KEY)
+    meta = raw.get("meta") if isinstance(raw, Mapping) else None
+    run = meta.get(FedDGMeta.RUN_ID) if isinstance(meta, Mapping) else None
+    return None if run is None else str(run)
+
+
+def with_run(reply: Shareable, run: str) -> Shareable:
+    """``reply`` with ``run`` named in its DXO's meta; a reply without a DXO (an error) as it is."""
+    if _DXO_KEY not in reply:
+        return reply
+    dxo = from_shareable(reply)
+    dxo.set_meta_prop(FedDGMeta.RUN_ID, run)
+    dxo.update_shareable(reply)
+    return reply
 
 
 def required(dxo: DXO | None) -> DXO:
