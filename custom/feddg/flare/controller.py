@@ -59,7 +59,8 @@ from nvflare.app_common.workflows.base_fedavg import BaseFedAvg
 
 from feddg.config import FedDGConfig
 from feddg.evaluation import mean_dice
-from feddg.flare.constants import CONFIG_FILE, FedDGMeta, FedDGTask, PROGRESS_FILE, TASK_CHECK_PERIOD
+from feddg.flare.constants import (CONFIG_FILE, PROGRESS_FILE, SIMULATOR_JOB, TASK_CHECK_PERIOD, FedDGMeta,
+                                  FedDGTask)
 from feddg.flare.job_config import load_job_config
 from feddg.flare.site_info import mismatch
 from feddg.flare.timings import TIMINGS_FILE, append_timing, peak_rss_mib
@@ -364,7 +365,7 @@ class LeaveOneSiteOutFedAvg(BaseFedAvg):
         whose = f"serves run {served}" if served is not None else "names no run"
         self.error(f"{step}: the answer under site {site} comes from a process that {whose}, not this run "
                    f"{self._run_id}: a site process of another run on this host (NVFlare's simulator names every job "
-                   f"simulate_job) answered as {site}; its answer is left out")
+                   f"{SIMULATOR_JOB}) answered as {site}; its answer is left out")
         return False
 
     # ------------------------------------------------------------------ best model
