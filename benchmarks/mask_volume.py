@@ -1,0 +1,240 @@
+"""How large each run's held-out predictions are against the reference masks: whether a method's final model
+over- or under-segments the unseen site, and how much of its prediction lies on slices the site's annotators left
+empty.
+
+    python benchmarks/mask_volume.py benchmarks/results/loso_prostate_seeds [--held-out HK] [--control uniform]
+
+Dice alone does not say which way a model errs. The synthetic sites differ in their labelling conventions by
+construction (``feddg.data.synthetic.prostate``: margins of -1 to +1 px, apex and base slices left unlabelled at
+some sites), so a method that weighs the training sites differently (GA) can move the unseen site's predictions
+towards one convention; this script measures whether it did.
+
+It needs the models: a run's final global model (``FL_global_model.pt``, the benchmark's reported model) is kept in
+the run's workspace on the machine that made the run, and the repository keeps only ``run.json``. Runs whose model
+is not on this machine are counted and left out. Each model is scored again here on the held-out site's test cases
+(the run's own ``feddg.yaml``, from the checkpoint), and its per-case Dice is compared with the one its run recorded:
+the largest absolute difference is printed per run, so a model that is not the run's (or numerics that differ)
+shows.
+
+Per test case and structure (:func:`case_volumes`): the predicted volume over the reference volume (``ratio``: 1 is
+the right size; > 1 over-segments), split into the part on the slices where the reference has the structure
+(``in_slices``) and the part on slices where it has none (``off_slices``). Per run: the means over the cases
+(structures averaged). Per held-out site and method: the means over seeds, and the difference to ``--control`` with
+the seed as the unit (:func:`feddg.benchmark.stats.compare_seeds` on the per-case ratios). Writes
+``mask_volume.md`` and ``mask_volume.json`` into the folder (``--out`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from feddg.folders import guard_folder
+
+CHECKPOINT = "FL_global_model.pt"  # the persistor's last global model (feddg.flare.persistor): the reported model
+VOLUME_KEYS = ("ratio", "in_slices", "off_slices")
+
+
+def case_volumes(pred: np.ndarray, gt: np.ndarray) -> dict[str, float] | None:
+    """The size of one structure's prediction against its reference in one evaluation unit.
+
+    Args:
+        pred: binary prediction, shape ``(H, W)`` (an image) or ``(H, W, D)`` (a volume, slices on the last axis).
+        gt: binary reference, the same shape.
+
+    Returns:
+        ``{"ratio": |P| / |G|, "in_slices": |P on slices where G is present| / |G|, "off_slices": |P on slices
+        where G is absent| / |G|}`` (``ratio = in_slices + off_slices``; an image is one slice), or None when the
+        reference is empty (no size to compare with).
+    """
+    p, g = np.asarray(pred, dtype=bool), np.asarray(gt, dtype=bool)
+    if p.shape != g.shape or p.ndim not in (2, 3):
+        raise ValueError(f"expected two (H, W) or (H, W, D) masks of one shape, got {p.shape} and {g.shape}")
+    reference = int(g.sum())
+    if reference == 0:
+        return None
+    if p.ndim == 2:
+        p, g = p[..., None], g[..., None]
+    labelled = g.any(axis=(0, 1))  # (D,): the slices the reference has the structure on
+    on = int(p[..., labelled].sum())
+    off = int(p[..., ~labelled].sum())
+    return {"ratio": (on + off) / reference, "in_slices": on / reference, "off_slices": off / reference}
+
+
+def find_model(run_folder: Path) -> Path | None:
+    """The run's final global model: the server's ``FL_global_model.pt`` nearest the top of the run folder."""
+    hits = sorted(run_folder.glob(f"**/server/**/{CHECKPOINT}"), key=lambda p: len(p.parts))
+    return hits[0] if hits else None
+
+
+def score_run(model_path: Path, held_out: str, recorded_dice: np.ndarray | None) -> dict[str, Any]:
+    """The held-out test cases' volumes (structure means per case) and Dice of the model at ``model_path``, scored
+    here with the run's stored configuration, and the largest per-case Dice difference to ``recorded_dice``."""
+    import torch
+
+    from feddg.data.dataset import load_site
+    from feddg.evaluation import evaluation_units, predict_logits
+    from feddg.inference import read_checkpoint
+    from feddg.metrics import case_metrics, largest_connected_component
+
+    checkpoint = read_checkpoint(model_path)
+    cfg = checkpoint.config
+    test = load_site(cfg.data, held_out)["test"]
+    pred = predict_logits(checkpoint.model, test.images, torch.device("cpu"), cfg.eval.batch_size) > 0.0
+    gt = test.labels.astype(bool)
+    volumes: list[dict[str, float]] = []
+    dice: list[float] = []
+    for _, rows, spacing in evaluation_units(test):
+        # (L, H, W, D) for a volume (its slices in order), (L, H, W) for an image: the units the run scored.
+        p = np.moveaxis(pred[rows], 0, -1) if test.spacing is not None else pred[rows[0]]
+        g = np.moveaxis(gt[rows], 0, -1) if test.spacing is not None else gt[rows[0]]
+        if cfg.eval.largest_component:
+            p = largest_connected_component(p)
+        metrics = case_metrics(p, g, spacing, distances=False)
+        dice.append(float(np.mean([metrics[str(l)]["dice"] for l in range(p.shape[0])])))
+        per_structure = [v for v in (case_volumes(p[l], g[l]) for l in range(p.shape[0])) if v is not None]
+        volumes.append({k: float(np.mean([v[k] for v in per_structure])) if per_structure else float("nan")
+                        for k in VOLUME_KEYS})
+    dice_here = np.array(dice)
+    if recorded_dice is None or len(recorded_dice) != len(dice_here):
+        agreement = None
+    else:
+        agreement = float(np.max(np.abs(dice_here - recorded_dice)))
+    return {"model": str(model_path), "cases": volumes, "dice": float(dice_here.mean()),
+            "max_dice_difference": agreement,
+            **{k: float(np.nanmean([c[k] for c in volumes])) for k in VOLUME_KEYS}}
+
+
+def measure(folder: Path, held_out: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per finished run of ``folder`` whose model is on this machine (method, held-out site, seed order),
+    and the run ids of the finished runs whose model is not."""
+    from feddg.benchmark.record import run_records
+    from feddg.benchmark.scores import case_dice
+
+    rows, missing = [], []
+    for run_id, record in sorted(run_records(folder, scores=True).items()):
+        run = record.get("run") or {}
+        if record.get("status") != "ok" or (held_out and run.get("held_out") not in held_out):
+            continue
+        model = find_model(folder / "runs" / run_id)
+        if model is None:
+            missing.append(run_id)
+            continue
+        rows.append({"run_id": run_id, "method": run["method"], "held_out": run["held_out"], "seed": int(run["seed"]),
+                     **score_run(model, run["held_out"], case_dice(record))})
+    rows.sort(key=lambda r: (r["held_out"], r["method"], r["seed"]))
+    return rows, missing
+
+
+def _finite_pairs(ours: Sequence[Mapping[str, float]], theirs: Sequence[Mapping[str, float]]
+                  ) -> tuple[list[float], list[float]]:
+    """The two runs' per-case ratios, left out where a case has none (its reference is empty: the same cases for
+    both, since both score the same test cases)."""
+    kept = [(a["ratio"], b["ratio"]) for a, b in zip(ours, theirs, strict=True)
+            if np.isfinite(a["ratio"]) and np.isfinite(b["ratio"])]
+    return [a for a, _ in kept], [b for _, b in kept]
+
+
+def summarise(rows: Sequence[dict[str, Any]], control: str) -> list[dict[str, Any]]:
+    """Per held-out site and method: seeds, the means over seeds, and the paired difference of the ratio to
+    ``control`` (seeds run for both; None without one)."""
+    from feddg.benchmark.stats import compare_seeds
+
+    by_cell: dict[tuple[str, str], dict[int, Mapping[str, Any]]] = {}
+    for r in rows:
+        by_cell.setdefault((r["held_out"], r["method"]), {})[r["seed"]] = r
+    out = []
+    for (site, method), runs in sorted(by_cell.items()):
+        theirs = by_cell.get((site, control), {})
+        paired = {k: _finite_pairs(runs[k]["cases"], theirs[k]["cases"]) for k in sorted(set(runs) & set(theirs))}
+        difference = compare_seeds({site: paired}) if paired and method != control else None
+        out.append({"held_out": site, "method": method, "seeds": sorted(runs),
+                    **{k: float(np.mean([r[k] for r in runs.values()])) for k in ("dice",) + VOLUME_KEYS},
+                    "ratio_minus_control": None if difference is None else difference.to_dict()})
+    return out
+
+
+def _f(value: float | None, signed: bool = False) -> str:
+    return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
+
+
+def _difference(d: Mapping[str, Any] | None) -> str:
+    if not d:
+        return "-"
+    if d["low"] is None:
+        return f"{d['mean']:+.3f} ({d['n_seeds']} seed{'s' if d['n_seeds'] > 1 else ''})"
+    return f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], t p {d['p']['value']:.3f} ({d['n_seeds']} seeds)"
+
+
+def _agreement(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1e}"
+
+
+def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], missing: Sequence[str],
+             command: str, control: str) -> str:
+    lines = ["# How large the held-out predictions are", "",
+             f"`{command}` (generated; each run's final global model scored again on this machine).", "",
+             "Ratio: predicted over reference volume per test case (1: the right size; above 1: over-segmented), "
+             "the mean over the cases; in slices / off slices: the part of it on the slices where the reference has "
+             "the structure / where it has none (slices the site's annotators left empty). Dice: scored here; "
+             "|Dice - recorded|: the largest per-case difference to the run's own record (0: the same model and "
+             f"numerics). Ratio - {control}: paired by seed, the seed as the unit (95% crossed bootstrap interval "
+             "and paired t-test from 3 seeds).", "",
+             f"Runs scored: {len(rows)}; finished runs whose model is not on this machine (left out): {len(missing)}.",
+             "", "## Per held-out site and method (means over seeds)", "",
+             f"| held-out | method | seeds | Dice | ratio | in slices | off slices | ratio - {control} |",
+             "|---|---|---|---|---|---|---|---|"]
+    for s in summary:
+        lines.append(f"| {s['held_out']} | {s['method']} | {', '.join(map(str, s['seeds']))} | {_f(s['dice'])} | "
+                     f"{_f(s['ratio'])} | {_f(s['in_slices'])} | {_f(s['off_slices'])} | "
+                     f"{_difference(s['ratio_minus_control'])} |")
+    lines += ["", "## Per run", "", "| held-out | method | seed | Dice | ratio | in slices | off slices | "
+              "|Dice - recorded| |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['held_out']} | {r['method']} | {r['seed']} | {_f(r['dice'])} | {_f(r['ratio'])} | "
+                     f"{_f(r['in_slices'])} | {_f(r['off_slices'])} | "
+                     f"{_agreement(r['max_dice_difference'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("folder", type=Path, help="a feddg benchmark results folder")
+    parser.add_argument("--held-out", help="comma-separated held-out sites to score (default: every one)")
+    parser.add_argument("--control", default="uniform", help="the method of the ratio difference (default: uniform)")
+    parser.add_argument("--out", type=Path, help="where to write mask_volume.md/.json (default: the folder)")
+    args = parser.parse_args(argv)
+    try:
+        out = guard_folder(args.out or args.folder, "--out", whole=False)  # two files of its own, replaced by name
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if not (args.folder / "sweep.json").is_file():
+        print(f"{args.folder}: not a benchmark results folder (no sweep.json)", file=sys.stderr)
+        return 2
+    held_out = [s.strip() for s in args.held_out.split(",") if s.strip()] if args.held_out else None
+    rows, missing = measure(args.folder, held_out)
+    if not rows:
+        print(f"{args.folder}: no finished run with its model on this machine ({len(missing)} without)",
+              file=sys.stderr)
+        return 1
+    summary = summarise(rows, args.control)
+    command = "python benchmarks/mask_volume.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(rows, summary, missing, command, args.control)
+    (out / "mask_volume.md").write_text(text)
+    (out / "mask_volume.json").write_text(json.dumps({"command": command, "summary": summary, "runs": rows,
+                                                      "missing_models": list(missing)}, indent=1))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

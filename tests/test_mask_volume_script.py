@@ -1,0 +1,114 @@
+"""benchmarks/mask_volume.py: the volume split on hand-worked masks, and a results folder whose runs keep their
+models (scored again, checked against their records, paired by seed)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.mask_volume import case_volumes, main, measure, summarise
+from tests.conftest import tiny_experiment
+from tests.test_inference import save_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+PROSTATE = ROOT / "benchmarks" / "results" / "loso_prostate_seeds"
+TEMPLATE = PROSTATE / "runs" / "prostate_ga_HK_seed0" / "run.json"
+
+
+def test_case_volumes_split_the_prediction_by_the_reference_slices():
+    gt = np.zeros((4, 4, 3), bool)
+    gt[1:3, 1:3, :2] = True  # 8 voxels on slices 0 and 1; slice 2 left unlabelled
+    pred = np.zeros_like(gt)
+    pred[1:3, 1:3, 0] = True  # 4 on slice 0
+    pred[0:3, 0:3, 1] = True  # 9 on slice 1 (over-segmented in-plane)
+    pred[0, 0:2, 2] = True  # 2 on the unlabelled slice
+    assert case_volumes(pred, gt) == pytest.approx({"ratio": 15 / 8, "in_slices": 13 / 8, "off_slices": 2 / 8})
+    image_gt, image_pred = gt[..., 0], pred[..., 0].copy()
+    image_pred[1, 1] = False  # an image is one slice: 3 of the reference's 4 pixels
+    assert case_volumes(image_pred, image_gt) == pytest.approx({"ratio": 0.75, "in_slices": 0.75, "off_slices": 0.0})
+    assert case_volumes(pred, np.zeros_like(gt)) is None  # no reference size to compare with
+    with pytest.raises(ValueError, match="one shape"):
+        case_volumes(pred, gt[..., :2])
+
+
+def _run(folder: Path, root: Path, method: str, seed: int, keep_model: bool = True) -> dict:
+    """A finished run of the held-out site HK whose record holds the per-case Dice its model scores (as a sweep's
+    run.json does), with its model where the local executor keeps it."""
+    from feddg.data.dataset import load_site
+    from feddg.evaluation import evaluate_sliceset
+    from feddg.experiment import experiment_from_dict
+    from feddg.nets.unet import build_model
+
+    exp = tiny_experiment("prostate", root=str(root))
+    exp["data"]["unseen_site"] = "HK"
+    cfg = experiment_from_dict(exp)
+    torch.manual_seed(seed * 10 + len(method))
+    model = build_model(cfg).eval()
+    run_id = f"prostate_{method}_HK_seed{seed}"
+    run_folder = folder / "runs" / run_id
+    model_path = run_folder / "ws" / "server" / "simulate_job" / "app_server" / "FL_global_model.pt"
+    model_path.parent.mkdir(parents=True)
+    if keep_model:
+        save_checkpoint(model_path, exp, state=dict(model.state_dict()))
+    result = evaluate_sliceset(model, load_site(cfg.data, "HK")["test"], cfg.data.label_names, torch.device("cpu"))
+    summary = {**result["summary"], "cases": {str(i): {"prostate": {"dice": c["0"]["dice"]}}
+                                              for i, c in enumerate(result["cases"])}}
+    record = copy.deepcopy(json.loads(TEMPLATE.read_text()))
+    record["run"].update(method=method, held_out="HK", seed=seed)
+    record["config"] = exp
+    record["report"]["models"] = {"final": {"sites": {"HK": {"role": "unseen", "splits": {"test": summary}}}}}
+    record["report"]["reported_model"] = "final"
+    (run_folder / "run.json").write_text(json.dumps(record))
+    return record
+
+
+def test_measure_scores_each_kept_model_again_and_checks_it_against_its_record(tmp_path, synthetic_root):
+    from feddg.data.dataset import load_site
+    from feddg.evaluation import predict_logits
+    from feddg.inference import read_checkpoint
+
+    folder = tmp_path / "results"
+    for method in ("uniform", "ga"):
+        _run(folder, synthetic_root["prostate"], method, 0)
+    _run(folder, synthetic_root["prostate"], "ga", 1, keep_model=False)
+    record = json.loads((folder / "runs" / "prostate_ga_HK_seed0" / "run.json").read_text())
+    record["report"]["models"]["final"]["sites"]["HK"]["splits"]["test"]["cases"]["0"]["prostate"]["dice"] += 0.25
+    (folder / "runs" / "prostate_ga_HK_seed0" / "run.json").write_text(json.dumps(record))
+
+    rows, missing = measure(folder)
+    assert missing == ["prostate_ga_HK_seed1"]
+    by_method = {r["method"]: r for r in rows}
+    assert by_method["uniform"]["max_dice_difference"] == pytest.approx(0.0, abs=1e-7)  # the model its run scored
+    assert by_method["ga"]["max_dice_difference"] == pytest.approx(0.25, abs=1e-6)  # the record says otherwise
+
+    # The ratio against a count over each case's slices, done here without the per-slice split.
+    ga = by_method["ga"]
+    checkpoint = read_checkpoint(Path(ga["model"]))
+    test = load_site(checkpoint.config.data, "HK")["test"]
+    pred = predict_logits(checkpoint.model, test.images, torch.device("cpu")) > 0
+    expected = [pred[rows].sum() / test.labels[rows].sum() for rows in test.case_indices().values()]
+    assert [c["ratio"] for c in ga["cases"]] == pytest.approx(expected)
+    assert all(c["ratio"] == pytest.approx(c["in_slices"] + c["off_slices"]) for c in ga["cases"])
+
+    (uniform_cell, ga_cell) = sorted(summarise(rows, "uniform"), key=lambda s: s["method"] != "uniform")
+    assert uniform_cell["ratio_minus_control"] is None
+    assert ga_cell["ratio_minus_control"]["mean"] == pytest.approx(ga["ratio"] - by_method["uniform"]["ratio"])
+    assert ga_cell["ratio_minus_control"]["n_seeds"] == 1 and ga_cell["ratio_minus_control"]["low"] is None
+
+
+def test_the_command_writes_its_tables_and_refuses_what_it_cannot_score(tmp_path, synthetic_root):
+    folder = tmp_path / "results"
+    _run(folder, synthetic_root["prostate"], "uniform", 0)
+    assert main([str(folder)]) == 2  # no sweep.json: not a results folder
+    (folder / "sweep.json").write_text((PROSTATE / "sweep.json").read_text())
+    assert main([str(folder), "--held-out", "BMC"]) == 1  # no run held out at BMC
+    assert main([str(folder), "--out", str(tmp_path / "out")]) == 0
+    saved = json.loads((tmp_path / "out" / "mask_volume.json").read_text())
+    assert [r["run_id"] for r in saved["runs"]] == ["prostate_uniform_HK_seed0"] and saved["missing_models"] == []
+    text = (tmp_path / "out" / "mask_volume.md").read_text()
+    assert text.startswith("# How large the held-out predictions are") and "| HK | uniform | 0 |" in text
