@@ -160,6 +160,8 @@ GUARDED = {
         _script("same_cell.py", "a/run.json", "--label", "x", "--out", "{F}"), "--out"),
     ("benchmarks/ga_gaps.py", "--out"): (
         _script("ga_gaps.py", str(ROOT / "benchmarks/results/loso_fundus_seeds"), "--out", "{F}"), "--out"),
+    ("benchmarks/mask_volume.py", "--out"): (
+        _script("mask_volume.py", str(ROOT / "benchmarks/results/loso_prostate_seeds"), "--out", "{F}"), "--out"),
 }
 FOLDER_OPTION = re.compile(r"^(-w|--out|--workspace(-root)?|--overlays|--[a-z-]*-dir)$")
 
