@@ -9,9 +9,10 @@ construction (``feddg.data.synthetic.prostate``: margins of -1 to +1 px, apex an
 some sites), so a method that weighs the training sites differently (GA) can move the unseen site's predictions
 towards one convention; this script measures whether it did.
 
-It needs the models: a run's final global model (``FL_global_model.pt``, the benchmark's reported model) is kept in
-the run's workspace on the machine that made the run, and the repository keeps only ``run.json``. Runs whose model
-is not on this machine are counted and left out. Each model is scored again here on the held-out site's test cases
+It needs the models, which the repository does not keep (only ``run.json``): a run's final global model
+(``FL_global_model.pt``, the benchmark's reported model) is read from beside its ``run.json``, where it was kept on
+the machine that made the run, or else from the run's workspace while that is still there (a sweep removes it when
+the run ends). Runs whose model is not on this machine are counted and left out. Each model is scored again here on the held-out site's test cases
 (the run's own ``feddg.yaml``, from the checkpoint), and its per-case Dice is compared with the one its run recorded:
 the largest absolute difference is printed per run, so a model that is not the run's (or numerics that differ)
 shows.
@@ -68,7 +69,9 @@ def case_volumes(pred: np.ndarray, gt: np.ndarray) -> dict[str, float] | None:
 
 
 def find_model(run_folder: Path) -> Path | None:
-    """The run's final global model: the server's ``FL_global_model.pt`` nearest the top of the run folder."""
+    """The run's final global model: the copy kept beside its ``run.json``, else the server's in its workspace."""
+    if (run_folder / CHECKPOINT).is_file():
+        return run_folder / CHECKPOINT
     hits = sorted(run_folder.glob(f"**/server/**/{CHECKPOINT}"), key=lambda p: len(p.parts))
     return hits[0] if hits else None
 

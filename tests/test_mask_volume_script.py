@@ -76,6 +76,10 @@ def test_measure_scores_each_kept_model_again_and_checks_it_against_its_record(t
     for method in ("uniform", "ga"):
         _run(folder, synthetic_root["prostate"], method, 0)
     _run(folder, synthetic_root["prostate"], "ga", 1, keep_model=False)
+    _run(folder, synthetic_root["prostate"], "fedavg", 0)  # its model kept beside run.json, not in ws
+    fedavg_folder = folder / "runs" / "prostate_fedavg_HK_seed0"
+    (fedavg_folder / "ws" / "server" / "simulate_job" / "app_server" / "FL_global_model.pt").rename(
+        fedavg_folder / "FL_global_model.pt")
     record = json.loads((folder / "runs" / "prostate_ga_HK_seed0" / "run.json").read_text())
     record["report"]["models"]["final"]["sites"]["HK"]["splits"]["test"]["cases"]["0"]["prostate"]["dice"] += 0.25
     (folder / "runs" / "prostate_ga_HK_seed0" / "run.json").write_text(json.dumps(record))
@@ -84,6 +88,8 @@ def test_measure_scores_each_kept_model_again_and_checks_it_against_its_record(t
     assert missing == ["prostate_ga_HK_seed1"]
     by_method = {r["method"]: r for r in rows}
     assert by_method["uniform"]["max_dice_difference"] == pytest.approx(0.0, abs=1e-7)  # the model its run scored
+    assert by_method["fedavg"]["model"] == str(fedavg_folder / "FL_global_model.pt")
+    assert by_method["fedavg"]["max_dice_difference"] == pytest.approx(0.0, abs=1e-7)
     assert by_method["ga"]["max_dice_difference"] == pytest.approx(0.25, abs=1e-6)  # the record says otherwise
 
     # The ratio against a count over each case's slices, done here without the per-slice split.
@@ -95,7 +101,8 @@ def test_measure_scores_each_kept_model_again_and_checks_it_against_its_record(t
     assert [c["ratio"] for c in ga["cases"]] == pytest.approx(expected)
     assert all(c["ratio"] == pytest.approx(c["in_slices"] + c["off_slices"]) for c in ga["cases"])
 
-    (uniform_cell, ga_cell) = sorted(summarise(rows, "uniform"), key=lambda s: s["method"] != "uniform")
+    cells = {s["method"]: s for s in summarise(rows, "uniform")}
+    uniform_cell, ga_cell = cells["uniform"], cells["ga"]
     assert uniform_cell["ratio_minus_control"] is None
     assert ga_cell["ratio_minus_control"]["mean"] == pytest.approx(ga["ratio"] - by_method["uniform"]["ratio"])
     assert ga_cell["ratio_minus_control"]["n_seeds"] == 1 and ga_cell["ratio_minus_control"]["low"] is None
