@@ -14,12 +14,13 @@ GA's aggregator writes every round, :mod:`feddg.flare.ga.aggregator`) and writes
   next round. GA's update (Eq. 3) moves a site's weight in the direction of that sign, so at 0.5 (coin flips) the
   weights random-walk on the gaps' noise, at 1 they follow a steady signal;
 - the gaps' lag-1 correlation per site (mean over sites);
+- the site with the smallest mean gap over the rounds: the one Eq. 3 takes weight from on average;
 - the held-out Dice (mean over structures) minus the control's of the same seed.
 
 Per held-out site: the means of these over seeds, the difference to the control with seeds as the unit (95%
 crossed bootstrap interval and the paired t-test's p over the seeds, :func:`feddg.benchmark.stats.compare_seeds`),
-and which site ended with the largest weight in how many seeds (one site in every seed: a signal; a different one
-in each: noise).
+which site ended with the largest weight in how many seeds (one site in every seed: a signal; a different one in
+each: noise), and which had the smallest mean gap in how many.
 
 An ablation folder (one GA setting changed, ``--set ga.gap_split=train``) need not run the control again:
 ``--controls FOLDER`` takes the control's runs from another folder, each checked to be exactly the run this folder's
@@ -73,6 +74,16 @@ def lag1_correlation(gaps: np.ndarray) -> float | None:
     values = [np.corrcoef(complete[:-1, i], complete[1:, i])[0, 1] for i in range(complete.shape[1])
               if complete[:-1, i].std() > 0 and complete[1:, i].std() > 0]
     return float(np.mean(values)) if values else None
+
+
+def smallest_mean_gap(sites: Sequence[str], gaps: np.ndarray) -> str | None:
+    """The site whose gap is the smallest on average over the rounds it sent one (a site that sent none is left
+    out; None when no site sent any)."""
+    sent = (~np.isnan(gaps)).sum(axis=0)
+    if not sent.any():
+        return None
+    means = np.where(sent > 0, np.nansum(gaps, axis=0) / np.maximum(sent, 1), np.inf)
+    return sites[int(np.argmin(means))]
 
 
 def departure(weights: np.ndarray) -> np.ndarray:
@@ -138,6 +149,7 @@ def diagnose(records: Sequence[dict[str, Any]], method: str, control: str) -> li
                      "final_weights": dict(zip(sites, np.round(weights[-1], 4).tolist())),
                      "mean_departure": float(moved.mean()), "final_departure": float(moved[-1]),
                      "sign_persistence": sign_persistence(gaps), "lag1_correlation": lag1_correlation(gaps),
+                     "smallest_mean_gap": smallest_mean_gap(sites, gaps),
                      "dice_minus_control": None if mine is None or theirs is None else mine - theirs})
     return rows
 
@@ -165,7 +177,9 @@ def summarise(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
         out.append({"held_out": site, "seeds": len(mine), "mean_departure": mean("mean_departure"),
                     "sign_persistence": mean("sign_persistence"), "lag1_correlation": mean("lag1_correlation"),
                     "difference": None if difference is None else difference.to_dict(),
-                    "heaviest": dict(heaviest.most_common())})
+                    "heaviest": dict(heaviest.most_common()),
+                    "smallest_gap": dict(Counter(r["smallest_mean_gap"] for r in mine
+                                                 if r["smallest_mean_gap"]).most_common())})
     return out
 
 
@@ -190,24 +204,27 @@ def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], 
     lines = [f"# What {method}'s weights did", "", f"`{command}` (generated from the folder's run.json files).", "",
              "Departure: max_i |a_i - 1/K| (mean over rounds, last round). Sign persistence: the share of (site, "
              "round) pairs whose centred gap keeps its sign in the next round (0.5: coin flips; GA then moves the "
-             f"weights on noise). Dice - {control}: held-out Dice minus the {control} run of the same seed (per "
+             "weights on noise). Smallest mean gap: the site whose gap is the smallest on average over the rounds "
+             "(Eq. 3 takes weight from it on average). "
+             f"Dice - {control}: held-out Dice minus the {control} run of the same seed (per "
              "site: the mean over seeds, the 95% crossed bootstrap interval and the paired t-test's p-value over "
              "the seeds, the seed as the unit).", "",
              "## Per held-out site (means over seeds)", "",
              f"| held-out | seeds | mean departure | sign persistence | gap lag-1 corr. | Dice - {control} | "
-             "largest final weight (seeds) |", "|---|---|---|---|---|---|---|"]
+             "largest final weight (seeds) | smallest mean gap (seeds) |", "|---|---|---|---|---|---|---|---|"]
     for s in summary:
         heaviest = ", ".join(f"{site} {n}" for site, n in s["heaviest"].items())
+        smallest = ", ".join(f"{site} {n}" for site, n in s["smallest_gap"].items()) or "-"
         lines.append(f"| {s['held_out']} | {s['seeds']} | {_f(s['mean_departure'])} | {_f(s['sign_persistence'])} | "
-                     f"{_f(s['lag1_correlation'])} | {_difference(s)} | {heaviest} |")
+                     f"{_f(s['lag1_correlation'])} | {_difference(s)} | {heaviest} | {smallest} |")
     lines += ["", "## Per run", "",
               f"| held-out | seed | rounds | final weights | mean departure | last departure | sign persistence | "
-              f"gap lag-1 corr. | Dice - {control} |", "|---|---|---|---|---|---|---|---|---|"]
+              f"gap lag-1 corr. | smallest mean gap | Dice - {control} |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         weights = ", ".join(f"{site} {w:.2f}" for site, w in r["final_weights"].items())
         lines.append(f"| {r['held_out']} | {r['seed']} | {r['rounds']} | {weights} | {_f(r['mean_departure'])} | "
                      f"{_f(r['final_departure'])} | {_f(r['sign_persistence'])} | {_f(r['lag1_correlation'])} | "
-                     f"{_f(r['dice_minus_control'], True)} |")
+                     f"{r['smallest_mean_gap'] or '-'} | {_f(r['dice_minus_control'], True)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.ga_gaps import departure, diagnose, lag1_correlation, main, sign_persistence, weights_and_gaps
+from benchmarks.ga_gaps import (departure, diagnose, lag1_correlation, main, sign_persistence, smallest_mean_gap,
+                                weights_and_gaps)
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNDUS = ROOT / "benchmarks" / "results" / "loso_fundus_seeds"
@@ -31,6 +32,13 @@ def test_departure_and_lag1_correlation():
     rising = np.array([[0.0, 1.0], [1.0, 3.0], [2.0, 5.0], [3.0, 7.0]])
     assert lag1_correlation(rising) == pytest.approx(1.0)
     assert lag1_correlation(rising[:2]) is None
+
+
+def test_smallest_mean_gap_is_over_the_rounds_each_site_sent_one():
+    gaps = np.array([[np.nan, np.nan, np.nan], [0.1, 0.3, np.nan], [0.5, 0.0, np.nan]])
+    # A: (0.1 + 0.5) / 2 = 0.3, B: (0.3 + 0.0) / 2 = 0.15, C never sent one: left out
+    assert smallest_mean_gap(["A", "B", "C"], gaps) == "B"
+    assert smallest_mean_gap(["A", "B"], np.full((2, 2), np.nan)) is None
 
 
 def test_weights_and_gaps_read_the_aggregators_history():
