@@ -10,9 +10,10 @@ some sites), so a method that weighs the training sites differently (GA) can mov
 towards one convention; this script measures whether it did.
 
 It needs the models, which the repository does not keep (only ``run.json``): a run's final global model
-(``FL_global_model.pt``, the benchmark's reported model) is read from beside its ``run.json``, where it was kept on
-the machine that made the run, or else from the run's workspace while that is still there (a sweep removes it when
-the run ends). Runs whose model is not on this machine are counted and left out. Each model is scored again here on the held-out site's test cases
+(``FL_global_model.pt``, the benchmark's reported model) is read from beside its ``run.json``, where the sweep
+keeps it on the machine that made the run (:func:`feddg.benchmark.executors.base.final_model`; code before that
+kept none), or else from the run's workspace while that is still there. Runs whose model is not on this machine are
+counted and left out. Each model is scored again here on the held-out site's test cases
 (the run's own ``feddg.yaml``, from the checkpoint), and its per-case Dice is compared with the one its run recorded:
 the largest absolute difference is printed per run, so a model that is not the run's (or numerics that differ)
 shows.
@@ -36,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from feddg.flare.constants import GLOBAL_MODEL_FILE
 from feddg.folders import guard_folder
 
-CHECKPOINT = "FL_global_model.pt"  # the persistor's last global model (feddg.flare.persistor): the reported model
 VOLUME_KEYS = ("ratio", "in_slices", "off_slices")
 
 
@@ -70,9 +71,9 @@ def case_volumes(pred: np.ndarray, gt: np.ndarray) -> dict[str, float] | None:
 
 def find_model(run_folder: Path) -> Path | None:
     """The run's final global model: the copy kept beside its ``run.json``, else the server's in its workspace."""
-    if (run_folder / CHECKPOINT).is_file():
-        return run_folder / CHECKPOINT
-    hits = sorted(run_folder.glob(f"**/server/**/{CHECKPOINT}"), key=lambda p: len(p.parts))
+    if (run_folder / GLOBAL_MODEL_FILE).is_file():
+        return run_folder / GLOBAL_MODEL_FILE
+    hits = sorted(run_folder.glob(f"**/server/**/{GLOBAL_MODEL_FILE}"), key=lambda p: len(p.parts))
     return hits[0] if hits else None
 
 

@@ -49,7 +49,7 @@ import yaml
 
 from feddg.config import FedDGConfig
 from feddg.experiment import experiment_from_dict, load_experiment
-from feddg.flare.constants import CONFIG_FILE, FedDGMeta
+from feddg.flare.constants import CONFIG_FILE, GLOBAL_MODEL_FILE, FedDGMeta
 from feddg.flare.controller import PROGRESS_FILE, ROUNDS_COMPLETED
 from feddg.flare.method_spec import ServerFile
 from feddg.flare.registry import server_files
@@ -58,7 +58,7 @@ from feddg.inference import read_checkpoint
 from feddg.jsonfile import read_json_object
 
 RESUME_DIR = "resume"
-CHECKPOINT = "FL_global_model.pt"
+CHECKPOINT = GLOBAL_MODEL_FILE
 WORKFLOW = "LeaveOneSiteOutFedAvg"
 # The settings a resumed job shares with the run it continues: the job's feddg.yaml against the configuration stored
 # in the checkpoint (a section name stands for every setting in it).

@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 
 from feddg.cli import main
+from feddg.flare.constants import PROGRESS_FILE, FedDGMeta
+from feddg.flare.controller import ROUNDS_COMPLETED
+from feddg.inference import read_checkpoint
 from feddg.report import code_fingerprint
 
 pytestmark = pytest.mark.slow
@@ -65,7 +68,13 @@ def test_sweep_outputs_resume_failure_and_protocol(tmp_path, monkeypatch):
         "Domain1", "Domain3", "Domain4"}, "GA's gaps and weights of every round reach run.json"
     cases = record["report"]["models"]["final"]["sites"]["Domain2"]["splits"]["test"]["cases"]
     assert list(cases) == [str(i) for i in range(6)] and "png" not in json.dumps(cases)
-    assert not (out / "runs" / "fundus_ga_Domain2_seed0" / "ws").exists(), "no model files are kept"
+    kept = out / "runs" / "fundus_ga_Domain2_seed0"
+    assert not (kept / "ws").exists(), "the simulator's workspace is removed"
+    assert sorted(p.name for p in kept.glob("*.pt")) == ["FL_global_model.pt"], "only the final model is kept"
+    model = read_checkpoint(kept / "FL_global_model.pt")  # the run's last model: its run id and round count
+    progress = json.loads((kept / PROGRESS_FILE).read_text())
+    assert model.meta[FedDGMeta.RUN_ID] == progress["run_id"] and model.config.data.unseen_site == "Domain2"
+    assert model.meta[ROUNDS_COMPLETED] == progress[ROUNDS_COMPLETED] == record["config"]["train"]["rounds"]
 
     # Resume: nothing is run again and the numbers stay the same.
     before = (out / "results.csv").read_text()

@@ -180,3 +180,4 @@ def test_a_ray_sweep_runs_across_two_nodes_and_a_run_lost_with_its_node_is_retri
         folder = tmp_path / "out" / "runs" / record["run_id"]
         assert (folder / "feddg_report.json").exists() and "feddg simulate" not in record["log"]
         assert not (folder / "server_files").exists(), "the returned files are kept, the scratch removed"
+        assert (folder / "FL_global_model.pt").stat().st_size > 0, "the final model comes back from the worker"

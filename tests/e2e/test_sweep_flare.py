@@ -147,7 +147,8 @@ def test_a_lead_sweeps_in_the_deployment_interrupts_resumes_and_matches_the_simu
         scores = case_scores_of(record["report"])["final"][held_out]["test"]
         assert scores, f"{run_id}: no per-case scores of the held-out site"
         assert (out / "runs" / run_id / "feddg_report.json").exists()
-        assert not (out / "runs" / run_id / "flare").exists()  # the download is not kept
+        assert (out / "runs" / run_id / "FL_global_model.pt").stat().st_size > 0  # the final model is kept
+        assert not (out / "runs" / run_id / "flare").exists()  # the rest of the download is not
         log = out / "runs" / run_id / "simulate.log"
         intervals.append((_log_times(log, "RUNNING")[-1], _log_times(log, ": ok")[-1]))
     at_once = max(sum(1 for s, e in intervals if s <= moment < e) for moment, _ in intervals)

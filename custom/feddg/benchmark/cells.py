@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from feddg.benchmark.executors.base import Cell, CellExecutor, Outcome
+from feddg.benchmark.executors.base import Cell, CellExecutor, Outcome, final_model
 from feddg.benchmark.executors.local import LocalExecutor
 from feddg.benchmark.protocol import Protocol, Run, run_experiment, run_overrides
 from feddg.benchmark.record import INTERRUPTED, RUN_FILE
@@ -29,8 +29,9 @@ SWEEP_CPU_PIN = "off"
 
 
 def kept_files() -> tuple[str, ...]:
-    """The server files a finished run keeps (the workspace, with its models, is removed): the report, the
-    timings and the progress every job writes, and the files the registered methods ask the benchmark to keep."""
+    """The server files a finished run keeps beside its ``run.json`` (the rest of the workspace is removed): the
+    report, the timings and the progress every job writes, and the files the registered methods ask the benchmark
+    to keep. The final global model is kept too (:func:`~feddg.benchmark.executors.base.final_model`)."""
     from feddg.flare.constants import PROGRESS_FILE
     from feddg.flare.registry import server_files
     from feddg.flare.timings import TIMINGS_FILE
@@ -90,9 +91,11 @@ def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, ou
     """The run's record: its cell, status, wall time, when it was recorded (``ended_at``, UTC epoch seconds: with the
     wall time it places the run in time, so runs made at once count once in the machine time), log, config,
     simulator flags, code and where it ran (``executor``: the executor's ``Outcome.where``); a run that ended by
-    itself is ``ok`` only with exit code 0 (when it has one) and a report, which the record then holds with the
-    files the tables need (the executor's scratch, e.g. the simulator workspace with its models, is removed; so is
-    an interrupted run's)."""
+    itself is ``ok`` only with exit code 0 (when it has one) and a report, which the record then holds. Beside the
+    record go the server files the tables need (:func:`kept_files`) and the final global model (:func:`final_model`,
+    about 2 MB for the default network, for analyses that score the trained model again, e.g.
+    ``benchmarks/mask_volume.py``). The executor's scratch, e.g. the simulator workspace, is removed, and so is an
+    interrupted run's."""
     from feddg.report import code_fingerprint
 
     status, reason, returncode = outcome.status, outcome.reason, outcome.returncode
@@ -117,6 +120,9 @@ def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, ou
         for name in kept_files():
             if (server / name).exists():
                 shutil.copy(server / name, folder / name)
+        model = final_model(server)
+        if model is not None:
+            shutil.copy(model, folder / model.name)
     if status in ("ok", INTERRUPTED) and outcome.scratch is not None:
         shutil.rmtree(outcome.scratch, ignore_errors=True)
     return record

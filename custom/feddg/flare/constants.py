@@ -27,6 +27,9 @@ class FedDGMeta:
 
 CONFIG_FILE = "feddg.yaml"
 PROGRESS_FILE = "feddg_progress.json"  # the rounds' workflow's progress in the server's run folder
+# The last global model the persistor saves in the server's app folder (NVFlare's PTFileModelPersistor default name,
+# which FedDGModelPersistor keeps): what a finished job reports, resume-job continues and a sweep keeps of each run.
+GLOBAL_MODEL_FILE = "FL_global_model.pt"
 
 # The job id, and so the name of every participant's run folder (``<workspace>/server/simulate_job``), of every job
 # NVFlare's simulator runs (nvflare.private.fed.simulator.simulator_const.SimulatorConstants.JOB_NAME, a private

@@ -70,7 +70,8 @@ class Outcome:
         returncode: the exit code of the run's process (None when it has none, e.g. a deployment job).
         wall_s: seconds from the run's start to its end.
         server_dir: a local folder holding the server's run files (``feddg_report.json`` and the other files the
-            sweep keeps), or None when there are none; the sweep copies what it keeps and then removes ``scratch``.
+            sweep keeps, and below it the app folder with the final global model, :func:`final_model`), or None
+            when there are none; the sweep copies what it keeps and then removes ``scratch``.
         log: the run's log, a local file.
         where: where it ran, recorded in ``run.json`` as ``executor``: ``{"executor": "local" | "ray" | "flare",
             ...}`` with e.g. ``"host"``, ``"node"`` or ``"sites"``, ``"gpu"``, and ``"attempts"`` (how many
@@ -91,6 +92,15 @@ class Outcome:
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"Outcome.status {self.status!r}: expected one of {STATUSES}")
+
+
+def final_model(server: Path) -> Path | None:
+    """The last global model the run's persistor saved (:data:`~feddg.flare.constants.GLOBAL_MODEL_FILE`, in the app
+    folder below the server's run folder ``server``), the one nearest ``server``; None when there is none."""
+    from feddg.flare.constants import GLOBAL_MODEL_FILE
+
+    found = sorted(server.rglob(GLOBAL_MODEL_FILE), key=lambda p: len(p.parts)) if server.is_dir() else []
+    return found[0] if found else None
 
 
 class ExecutorError(ValueError):

@@ -4,8 +4,9 @@ What goes over the wire, per attempt of a cell:
 
 * to the worker: the job folder as a gzipped tar (bytes, a few hundred KiB), the simulator flags, the timeout;
 * back: the run's end (status, reason, exit code, seconds), where it ran (node id, host, GPU), the ``feddg`` code
-  fingerprint of the node, its log, and every file of the server's run folder up to :data:`MAX_FILE_BYTES` (the
-  report and the other files the sweep keeps; models are left on the worker and removed with its scratch folder).
+  fingerprint of the node, its log, every file of the server's run folder up to :data:`MAX_FILE_BYTES` (the report
+  and the other files the sweep keeps) and the final global model
+  (:func:`~feddg.benchmark.executors.base.final_model`, in its app folder); the best model and the sites' files are removed with the worker's scratch folder.
 
 The worker runs the job with the shared launcher (:mod:`feddg.benchmark.launch`) in a scratch folder of its own
 (under ``FEDDG_RAY_SCRATCH`` of the node's ``ray start`` environment, else the system's temporary folder),
@@ -37,11 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from feddg.benchmark.executors.base import INTERRUPTED, Cell, CellExecutor, ExecutorError, OnDone, Outcome, Report
+from feddg.benchmark.executors.base import (INTERRUPTED, Cell, CellExecutor, ExecutorError, OnDone, Outcome, Report,
+                                            final_model)
 from feddg.benchmark.signals import STOP_SIGNALS
 from feddg.numbers import non_negative, positive
 
-MAX_FILE_BYTES = 16 * 2**20  # server files larger than this (models) stay on the worker
+MAX_FILE_BYTES = 16 * 2**20  # server files larger than this stay on the worker (the final model is sent anyway)
 CONNECT_TIMEOUT_S = 10.0  # how long the cluster's address may take to answer
 CANCEL_WAIT_S = 40.0  # how long cancelled tasks may take to stop their simulators and come back
 WAIT_S = 0.5  # how long the driver waits for a task to end between looks at signals
@@ -110,6 +112,9 @@ def run_cell_on_worker(job_tar: bytes, job_name: str, simulator_args: Sequence[s
         server = run.server_dir
         files = sorted(p.name for p in server.iterdir() if p.is_file() and p.stat().st_size <= MAX_FILE_BYTES) \
             if server.is_dir() else []
+        model = final_model(server)
+        if model is not None:
+            files.append(model.relative_to(server).as_posix())
         return {"status": ended.status, "reason": ended.reason, "returncode": ended.returncode,
                 "wall_s": ended.wall_s, "node": {"node_id": node_id, "host": socket.gethostname(), "cpu": cpu_model(),
                                                  "avx512": "avx512f" in cpu_flags(),
