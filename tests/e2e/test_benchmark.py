@@ -74,7 +74,7 @@ def test_sweep_outputs_resume_failure_and_protocol(tmp_path, monkeypatch):
     model = read_checkpoint(kept / "FL_global_model.pt")  # the run's last model: its run id and round count
     progress = json.loads((kept / PROGRESS_FILE).read_text())
     assert model.meta[FedDGMeta.RUN_ID] == progress["run_id"] and model.config.data.unseen_site == "Domain2"
-    assert model.meta[ROUNDS_COMPLETED] == progress[ROUNDS_COMPLETED] == record["config"]["train"]["rounds"]
+    assert model.meta[ROUNDS_COMPLETED] == progress["rounds_completed"] == record["config"]["train"]["rounds"]
 
     # Resume: nothing is run again and the numbers stay the same.
     before = (out / "results.csv").read_text()
