@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +26,11 @@ pytestmark = pytest.mark.slow
 TINY = ["--set", "train.rounds=2", "--set", "train.local_epochs=1", "--set", "data.image_size=32",
         "--set", "data.synthetic.cases_per_site=4", "--set", "data.synthetic.held_out_cases=6",
         "--set", "data.synthetic.size=32", "--set", "model.features=[8,8,16,32,64,8]", "--set", "eval.batch_size=8"]
+# Two runs at once where the host has the cores (the sweep refuses more than it has): the 12 runs take most of this
+# file's time, and runs at once give the same scores as one at a time (tests/e2e/test_sweep_executors.py).
+PARALLEL = ["--parallel", str(min(2, os.cpu_count() or 1))]
 SWEEP = ["benchmark", "--task", "fundus", "--methods", "fedavg,ga", "--held-out", "Domain1,Domain2", "--seeds", "0-2",
-         "--resamples", "500", "--run-timeout", "600", *TINY]
+         "--resamples", "500", "--run-timeout", "600", *PARALLEL, *TINY]
 
 
 def test_sweep_outputs_resume_failure_and_protocol(tmp_path, monkeypatch):
