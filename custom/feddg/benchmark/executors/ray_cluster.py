@@ -6,7 +6,8 @@ What goes over the wire, per attempt of a cell:
 * back: the run's end (status, reason, exit code, seconds), where it ran (node id, host, GPU), the ``feddg`` code
   fingerprint of the node, its log, every file of the server's run folder up to :data:`MAX_FILE_BYTES` (the report
   and the other files the sweep keeps) and the final global model
-  (:func:`~feddg.benchmark.executors.base.final_model`, in its app folder); the best model and the sites' files are removed with the worker's scratch folder.
+  (:func:`~feddg.benchmark.executors.base.final_model`, from its app folder); the best model and the sites' files
+  are removed with the worker's scratch folder.
 
 The worker runs the job with the shared launcher (:mod:`feddg.benchmark.launch`) in a scratch folder of its own
 (under ``FEDDG_RAY_SCRATCH`` of the node's ``ray start`` environment, else the system's temporary folder),
