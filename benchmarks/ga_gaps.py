@@ -31,7 +31,6 @@ changed setting touches is refused, naming the setting).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -40,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from feddg.folders import guard_folder
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from folder_report import number, report_folder, seed_difference, write_report  # noqa: E402
 
 
 def weights_and_gaps(record: dict[str, Any]) -> tuple[list[str], np.ndarray, np.ndarray]:
@@ -183,22 +183,6 @@ def summarise(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
     return out
 
 
-def _f(value: float | None, signed: bool = False) -> str:
-    return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
-
-
-def _difference(summary: dict[str, Any]) -> str:
-    """The mean seed difference to the control, with its interval and p-value when the seeds give them."""
-    d = summary["difference"]
-    if not d:
-        return "-"
-    text = f"{d['mean']:+.3f}"
-    if d["low"] is not None:
-        p = d["p"]
-        text += f" [{d['low']:+.3f}, {d['high']:+.3f}], t p {p['value']:.3f}"
-    return f"{text} ({d['n_seeds']} seeds)"
-
-
 def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], command: str, method: str,
              control: str) -> str:
     lines = [f"# What {method}'s weights did", "", f"`{command}` (generated from the folder's run.json files).", "",
@@ -215,16 +199,18 @@ def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], 
     for s in summary:
         heaviest = ", ".join(f"{site} {n}" for site, n in s["heaviest"].items())
         smallest = ", ".join(f"{site} {n}" for site, n in s["smallest_gap"].items()) or "-"
-        lines.append(f"| {s['held_out']} | {s['seeds']} | {_f(s['mean_departure'])} | {_f(s['sign_persistence'])} | "
-                     f"{_f(s['lag1_correlation'])} | {_difference(s)} | {heaviest} | {smallest} |")
+        lines.append(f"| {s['held_out']} | {s['seeds']} | {number(s['mean_departure'])} | "
+                     f"{number(s['sign_persistence'])} | {number(s['lag1_correlation'])} | "
+                     f"{seed_difference(s['difference'])} | {heaviest} | {smallest} |")
     lines += ["", "## Per run", "",
               f"| held-out | seed | rounds | final weights | mean departure | last departure | sign persistence | "
               f"gap lag-1 corr. | smallest mean gap | Dice - {control} |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         weights = ", ".join(f"{site} {w:.2f}" for site, w in r["final_weights"].items())
-        lines.append(f"| {r['held_out']} | {r['seed']} | {r['rounds']} | {weights} | {_f(r['mean_departure'])} | "
-                     f"{_f(r['final_departure'])} | {_f(r['sign_persistence'])} | {_f(r['lag1_correlation'])} | "
-                     f"{r['smallest_mean_gap'] or '-'} | {_f(r['dice_minus_control'], True)} |")
+        lines.append(f"| {r['held_out']} | {r['seed']} | {r['rounds']} | {weights} | {number(r['mean_departure'])} | "
+                     f"{number(r['final_departure'])} | {number(r['sign_persistence'])} | "
+                     f"{number(r['lag1_correlation'])} | {r['smallest_mean_gap'] or '-'} | "
+                     f"{number(r['dice_minus_control'], True)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -241,12 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from feddg.benchmark.scores import load_records
 
     try:
-        out = guard_folder(args.out or args.folder, "--out", whole=False)  # two files of its own, replaced by name
+        out = report_folder(args.folder, args.out)
     except ValueError as e:
         print(e, file=sys.stderr)
-        return 2
-    if not (args.folder / "sweep.json").is_file():
-        print(f"{args.folder}: not a benchmark results folder (no sweep.json)", file=sys.stderr)
         return 2
     records = load_records(args.folder)
     if args.controls:
@@ -262,11 +245,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     summary = summarise(rows, records, args.method, args.control)
     command = "python benchmarks/ga_gaps.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    out.mkdir(parents=True, exist_ok=True)
-    text = markdown(rows, summary, command, args.method, args.control)
-    (out / "ga_gaps.md").write_text(text)
-    (out / "ga_gaps.json").write_text(json.dumps({"command": command, "summary": summary, "runs": rows}, indent=1))
-    print(text)
+    write_report(out, "ga_gaps", markdown(rows, summary, command, args.method, args.control),
+                 {"command": command, "summary": summary, "runs": rows})
     return 0
 
 

@@ -29,7 +29,6 @@ the seed as the unit (:func:`feddg.benchmark.stats.compare_seeds` on the per-cas
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -38,7 +37,9 @@ from typing import Any
 import numpy as np
 
 from feddg.flare.constants import GLOBAL_MODEL_FILE
-from feddg.folders import guard_folder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from folder_report import number, report_folder, seed_difference, write_report  # noqa: E402
 
 VOLUME_KEYS = ("ratio", "in_slices", "off_slices")
 
@@ -164,18 +165,6 @@ def summarise(rows: Sequence[dict[str, Any]], control: str) -> list[dict[str, An
     return out
 
 
-def _f(value: float | None, signed: bool = False) -> str:
-    return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
-
-
-def _difference(d: Mapping[str, Any] | None) -> str:
-    if not d:
-        return "-"
-    if d["low"] is None:
-        return f"{d['mean']:+.3f} ({d['n_seeds']} seed{'s' if d['n_seeds'] > 1 else ''})"
-    return f"{d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], t p {d['p']['value']:.3f} ({d['n_seeds']} seeds)"
-
-
 def _agreement(value: float | None) -> str:
     return "-" if value is None else f"{value:.1e}"
 
@@ -195,14 +184,14 @@ def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], 
              f"| held-out | method | seeds | Dice | ratio | in slices | off slices | ratio - {control} |",
              "|---|---|---|---|---|---|---|---|"]
     for s in summary:
-        lines.append(f"| {s['held_out']} | {s['method']} | {', '.join(map(str, s['seeds']))} | {_f(s['dice'])} | "
-                     f"{_f(s['ratio'])} | {_f(s['in_slices'])} | {_f(s['off_slices'])} | "
-                     f"{_difference(s['ratio_minus_control'])} |")
+        lines.append(f"| {s['held_out']} | {s['method']} | {', '.join(map(str, s['seeds']))} | {number(s['dice'])} | "
+                     f"{number(s['ratio'])} | {number(s['in_slices'])} | {number(s['off_slices'])} | "
+                     f"{seed_difference(s['ratio_minus_control'])} |")
     lines += ["", "## Per run", "", "| held-out | method | seed | Dice | ratio | in slices | off slices | "
               "|Dice - recorded| |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['held_out']} | {r['method']} | {r['seed']} | {_f(r['dice'])} | {_f(r['ratio'])} | "
-                     f"{_f(r['in_slices'])} | {_f(r['off_slices'])} | "
+        lines.append(f"| {r['held_out']} | {r['method']} | {r['seed']} | {number(r['dice'])} | {number(r['ratio'])} | "
+                     f"{number(r['in_slices'])} | {number(r['off_slices'])} | "
                      f"{_agreement(r['max_dice_difference'])} |")
     return "\n".join(lines) + "\n"
 
@@ -216,12 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where to write mask_volume.md/.json (default: the folder)")
     args = parser.parse_args(argv)
     try:
-        out = guard_folder(args.out or args.folder, "--out", whole=False)  # two files of its own, replaced by name
+        out = report_folder(args.folder, args.out)
     except ValueError as e:
         print(e, file=sys.stderr)
-        return 2
-    if not (args.folder / "sweep.json").is_file():
-        print(f"{args.folder}: not a benchmark results folder (no sweep.json)", file=sys.stderr)
         return 2
     held_out = [s.strip() for s in args.held_out.split(",") if s.strip()] if args.held_out else None
     rows, missing = measure(args.folder, held_out)
@@ -231,12 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     summary = summarise(rows, args.control)
     command = "python benchmarks/mask_volume.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    out.mkdir(parents=True, exist_ok=True)
-    text = markdown(rows, summary, missing, command, args.control)
-    (out / "mask_volume.md").write_text(text)
-    (out / "mask_volume.json").write_text(json.dumps({"command": command, "summary": summary, "runs": rows,
-                                                      "missing_models": list(missing)}, indent=1))
-    print(text)
+    write_report(out, "mask_volume", markdown(rows, summary, missing, command, args.control),
+                 {"command": command, "summary": summary, "runs": rows, "missing_models": list(missing)})
     return 0
 
 

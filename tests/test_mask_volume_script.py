@@ -119,3 +119,16 @@ def test_the_command_writes_its_tables_and_refuses_what_it_cannot_score(tmp_path
     assert [r["run_id"] for r in saved["runs"]] == ["prostate_uniform_HK_seed0"] and saved["missing_models"] == []
     text = (tmp_path / "out" / "mask_volume.md").read_text()
     assert text.startswith("# How large the held-out predictions are") and "| HK | uniform | 0 |" in text
+
+
+def test_the_shared_report_helpers(tmp_path):
+    from benchmarks.folder_report import number, report_folder, seed_difference
+
+    assert number(None) == "-" and number(0.12345) == "0.123" and number(0.5, signed=True) == "+0.500"
+    assert seed_difference(None) == "-"
+    assert seed_difference({"mean": -0.1, "low": None, "n_seeds": 1}) == "-0.100 (1 seed)"
+    d = {"mean": 0.05, "low": 0.01, "high": 0.09, "p": {"value": 0.0421}, "n_seeds": 5}
+    assert seed_difference(d) == "+0.050 [+0.010, +0.090], t p 0.042 (5 seeds)"
+    with pytest.raises(ValueError, match="not a benchmark results folder"):
+        report_folder(tmp_path, None)
+    assert report_folder(PROSTATE, tmp_path / "elsewhere") == tmp_path / "elsewhere"
