@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from feddg.flare.constants import GLOBAL_MODEL_FILE
+from feddg.benchmark.executors.base import final_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from folder_report import number, report_folder, seed_difference, write_report  # noqa: E402
@@ -68,14 +68,6 @@ def case_volumes(pred: np.ndarray, gt: np.ndarray) -> dict[str, float] | None:
     on = int(p[..., labelled].sum())
     off = int(p[..., ~labelled].sum())
     return {"ratio": (on + off) / reference, "in_slices": on / reference, "off_slices": off / reference}
-
-
-def find_model(run_folder: Path) -> Path | None:
-    """The run's final global model: the copy kept beside its ``run.json``, else the server's in its workspace."""
-    if (run_folder / GLOBAL_MODEL_FILE).is_file():
-        return run_folder / GLOBAL_MODEL_FILE
-    hits = sorted(run_folder.glob(f"**/server/**/{GLOBAL_MODEL_FILE}"), key=lambda p: len(p.parts))
-    return hits[0] if hits else None
 
 
 def score_run(model_path: Path, held_out: str, recorded_dice: np.ndarray | None) -> dict[str, Any]:
@@ -127,7 +119,7 @@ def measure(folder: Path, held_out: Sequence[str] | None = None) -> tuple[list[d
         run = record.get("run") or {}
         if record.get("status") != "ok" or (held_out and run.get("held_out") not in held_out):
             continue
-        model = find_model(folder / "runs" / run_id)
+        model = final_model(folder / "runs" / run_id)  # the copy beside run.json before the workspace's
         if model is None:
             missing.append(run_id)
             continue
