@@ -13,10 +13,10 @@ from feddg.compute import SITE_PROCESSES_ENV, concurrent_runs_from_env
 from feddg.folders import SIMULATOR_KEEPS, claim, guard_folder
 from feddg.numerics import cpu_pin_mode, pinned_environment
 
-# NVFlare 2.9's simulator runner: what ``nvflare simulator`` and the Recipe API's SimEnv run, with the same flags,
-# started as a module so that its output carries no notice of the deprecated ``nvflare simulator`` command
-# (checked in the 2.9.0 source: nvflare/cli.py prints it, then calls this module's run_simulator).
-SIMULATOR_MODULE = "nvflare.private.fed.app.simulator.simulator"
+# NVFlare 2.9's simulator runner, what ``nvflare simulator`` and the Recipe API's SimEnv run, with the same flags, and
+# with the race that can give two site processes one site's name closed (:mod:`feddg.flare.simulator`). Started as
+# a module, its output carries no notice of the deprecated ``nvflare simulator`` command (nvflare/cli.py prints it).
+SIMULATOR_MODULE = "feddg.flare.simulator"
 
 
 def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
@@ -59,7 +59,7 @@ def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
         path, settings = configured
         print(f"this job asks the sites' own settings {settings}; all simulated sites are yours, so {path} sets "
               f"them", flush=True)
-    if importlib.util.find_spec(SIMULATOR_MODULE.rpartition(".")[0]) is None:
+    if importlib.util.find_spec("nvflare") is None:
         raise OSError("NVFlare's simulator is not installed (no nvflare package); install the requirements first")
     pin = pinned_environment(cpu_pin_mode())  # FEDDG_CPU_PIN: the site processes inherit it (feddg.numerics)
     os.environ.update(pin)

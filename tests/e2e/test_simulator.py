@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,9 @@ def check_run(result: subprocess.CompletedProcess, ws: Path, exp_sites: list[str
     assert "leave-one-site-out report" in result.stdout
     assert any((run / "tb_events").rglob("events.out.tfevents*")), "no TensorBoard events written"
     assert not (ws / unseen / "simulate_job" / "feddg_site_state").exists(), "the unseen site trained"
+    for site in exp_sites:  # every site's process connected under its own name (feddg.flare.simulator)
+        log = (ws / site / "log.txt").read_text()
+        assert set(re.findall(r"(\S+)\.simulate_job: created backbone external connector", log)) == {site}, site
     return report
 
 

@@ -6,13 +6,18 @@ the job's ``feddg`` components (``ComponentNotAuthorized``), while it keeps one 
 this environment writes the project's allow-list into ``local/resources.json`` (NVFlare's simulator copies
 ``local/`` to every site), the site settings the job's methods ask of the user's own sites (MLA: share the local
 model, as ``feddg simulate`` does), and tells every site process how many run at once on this host
-(``FEDDG_SITE_PROCESSES``, :mod:`feddg.compute`), so that together they use the cores once.
+(``FEDDG_SITE_PROCESSES``, :mod:`feddg.compute`), so that together they use the cores once. The job runs in the
+simulator runner ``feddg simulate`` uses (:mod:`feddg.flare.simulator`: NVFlare's, with a race closed that can give
+two site processes one site's name), not the one ``SimEnv`` starts.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +34,7 @@ from feddg.flare.site_policy import install_resources
 from feddg.folders import claim
 from feddg.process_tree import kill_tree
 from feddg.report import REPORT_FILE
+from feddg.simulate import SIMULATOR_MODULE
 
 if TYPE_CHECKING:
     from feddg.recipes.recipe import FedDGRecipe
@@ -90,16 +96,39 @@ class FedDGSimEnv(SimEnv):
                   f"{settings} sets them", flush=True)
         return resources
 
+    def simulate(self, job: FedJob) -> str:
+        """What ``SimEnv.deploy`` does after its policy step, with the project's simulator runner
+        (:data:`feddg.simulate.SIMULATOR_MODULE`, which closes NVFlare 2.9's race that can give two site processes
+        one site's name): the job written to a temporary folder and run from there with this environment's sites,
+        threads, GPU groups and log config, in a session of its own. Returns the job's id (its name); RuntimeError
+        naming the logs' folder when the simulator fails, as SimEnv's."""
+        workspace = self.workspace(job.name)
+        with tempfile.TemporaryDirectory() as root:
+            job.export_job(root)
+            command = [sys.executable, "-m", SIMULATOR_MODULE, str(Path(root) / job.name), "-w", str(workspace),
+                       "-c", ",".join(self.clients), "-t", str(self.num_threads)]
+            if self.gpu_config:
+                command += ["-gpu", "".join(self.gpu_config.split())]
+            if self.log_config:
+                command += ["-l", self.log_config]
+            returncode = subprocess.Popen(command, start_new_session=True).wait()
+        self.last_run_failed = returncode != 0
+        if self.last_run_failed:
+            raise RuntimeError(f"Simulation failed with return code {returncode}. Logs are in per-site "
+                               f"subdirectories under {workspace}, e.g. server/{SIMULATOR_JOB}/log.txt")
+        return job.name
+
     def deploy(self, job: FedJob) -> str:
-        """Install the policy, then run the job in the simulator with the thread budget set for its site
-        processes. Whatever stops the run (an error, Ctrl-C, SIGTERM) also stops every process it started."""
+        """Install the policy, then run the job in the simulator (:meth:`simulate`) with the thread budget set for
+        its site processes. Whatever stops the run (an error, Ctrl-C, SIGTERM) also stops every process it
+        started."""
         self.install_policy(job.name)
         me = psutil.Process()
         before = {p.pid for p in me.children()}
         previous = os.environ.get(SITE_PROCESSES_ENV)
         os.environ[SITE_PROCESSES_ENV] = str(self.site_processes())
         try:
-            return super().deploy(job)
+            return self.simulate(job)
         except BaseException:
             for child in me.children():  # the simulator this call started (it runs in a session of its own)
                 if child.pid not in before:

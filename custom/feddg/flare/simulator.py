@@ -1,0 +1,111 @@
+"""NVFlare 2.9's simulator with one race closed: ``python -m feddg.flare.simulator JOB -w WORKSPACE [flags]`` takes
+the flags of ``nvflare simulator`` and runs NVFlare's own runner (``nvflare.private.fed.app.simulator``); what it
+changes is the name each site's worker process is given.
+
+The race (NVFlare 2.9.0, ``SimulatorClientRunner.do_one_task``): each of the simulator's ``-t`` threads starts a
+site's worker process, waits for it to listen, then writes the site's name into the one ``build_ctx`` dict that all
+the threads share, and sends that dict to its worker, which names its connection to the server after it. The threads
+start together and poll their workers on the same one-second beat, so a second thread can write its name between
+the first one's write and send: two workers then carry one site's name and no worker the other's. The server's log
+shows the two evicting each other's connection ("evicted ... for exceeding limit 1") for as long as the run lasts;
+the unnamed site's tasks are never fetched, so the run waits for a task timeout, stalls, or fails with too few
+results. On a 2-core machine it took down three tests of one CI run (2026-11-29): a 6-site resumed GA job stalled
+for 10 minutes after its last evaluation, a 4-site FedAvg job ended with 2 of its 3 training results
+("Initialize ClientRunner for client: Domain3" in two workers, none for Domain2), and NVFlare's own 3-client FedAvg
+recipe stalled the same way.
+
+The fix: the runner's ``build_ctx`` keeps ``client_name`` per thread and is sent (pickled) as a plain dict holding
+the sending thread's name, so every worker gets the name its own thread wrote. Nothing else changes: the same runner,
+flags, processes and messages. ``feddg simulate``, the recipes' ``--env sim`` and the benchmark's NVFlare anchors run
+the simulator through this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from typing import Any
+
+from nvflare.private.fed.app.simulator import simulator_runner
+
+CLIENT_NAME = "client_name"  # the key of build_ctx that do_one_task writes before sending it to a site's worker
+# NVFlare's own class, also when this module is imported a second time (as ``__main__`` and by its name) after
+# install() replaced it in NVFlare's module.
+NVFLARE_CLIENT_RUNNER = getattr(simulator_runner.SimulatorClientRunner, "nvflare_runner",
+                                simulator_runner.SimulatorClientRunner)
+
+
+class ThreadOwnClientName(dict):
+    """A simulator runner's ``build_ctx`` whose ``client_name`` each thread writes and reads for itself, and which
+    pickles (what ``multiprocessing``'s ``Connection.send`` does) to a plain dict with the pickling thread's name.
+
+    Args:
+        build_ctx: the context NVFlare's deployer built for the simulated clients (server and client config).
+    """
+
+    def __init__(self, build_ctx: dict[str, Any]) -> None:
+        super().__init__(build_ctx)
+        self._written = threading.local()
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key == CLIENT_NAME:
+            self._written.name = value
+        super().__setitem__(key, value)
+
+    def __getitem__(self, key: str) -> Any:
+        if key == CLIENT_NAME and hasattr(self._written, "name"):
+            return self._written.name
+        return super().__getitem__(key)
+
+    def for_this_thread(self) -> dict[str, Any]:
+        """A plain copy, with the name this thread wrote (when it wrote one)."""
+        plain = dict(self)
+        if hasattr(self._written, "name"):
+            plain[CLIENT_NAME] = self._written.name
+        return plain
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[type, tuple[dict[str, Any]]]:
+        return dict, (self.for_this_thread(),)
+
+
+class SimulatorClientRunner(NVFLARE_CLIENT_RUNNER):
+    """NVFlare's client runner of the simulator with its ``build_ctx`` made a :class:`ThreadOwnClientName`; the
+    constructor's arguments are NVFlare's."""
+
+    nvflare_runner = NVFLARE_CLIENT_RUNNER
+
+    def __init__(self, server_custom_folder: str, args: argparse.Namespace, clients: list, client_config: Any,
+                 deploy_args: Any, build_ctx: dict[str, Any]) -> None:
+        super().__init__(server_custom_folder, args, clients, client_config, deploy_args,
+                         ThreadOwnClientName(build_ctx) if type(build_ctx) is dict else build_ctx)
+
+
+def install() -> None:
+    """Make NVFlare's simulator build :class:`SimulatorClientRunner` in this process and in those it starts
+    (``simulator_run_main`` looks the class up in its module when it runs). Idempotent."""
+    simulator_runner.SimulatorClientRunner = SimulatorClientRunner
+
+
+# At import, not only in main(): where NVFlare starts its simulator process by spawning (macOS), that process imports
+# this main module again (as ``__mp_main__``) without calling main(); on Linux it is forked and inherits it.
+install()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``nvflare simulator``'s arguments and exit status, with :func:`install` in place."""
+    from nvflare.private.fed.app.simulator.simulator import define_simulator_parser, run_simulator
+    from nvflare.private.fed.app.utils import version_check
+
+    if sys.platform == "darwin":  # as NVFlare's own simulator module does
+        import multiprocessing
+
+        multiprocessing.set_start_method("spawn")
+    version_check()
+    parser = argparse.ArgumentParser(prog="python -m feddg.flare.simulator")
+    define_simulator_parser(parser)
+    return run_simulator(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
