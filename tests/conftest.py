@@ -31,6 +31,12 @@ needs_netns = pytest.mark.skipif(
     reason="network namespaces need root and iproute2 (FEDDG_REQUIRE_NETNS unset)")
 
 
+# Tests that start a POC or a deployment listen on NVFlare's fixed ports (feddg.provisioning.FED_LEARN_PORT and
+# ADMIN_PORT), so they run one at a time: with the README's `pytest -n 2` (and `--dist loadgroup` from pyproject.toml)
+# pytest-xdist gives every test of this group to one worker, in turn, while the other worker runs the rest.
+on_poc_ports = pytest.mark.xdist_group("poc_ports")
+
+
 def tiny_synthetic(task: str) -> dict:
     if task == "prostate":
         return {"seed": 0, "cases_per_site": 3, "slices_per_case": 4, "size": 32}

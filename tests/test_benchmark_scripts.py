@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import on_poc_ports
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
@@ -117,6 +119,7 @@ def test_sweep_throughput_writes_its_measurements(tmp_path):
     assert "| 2 | 2 |" in (tmp_path / "st" / "sweep_throughput.md").read_text() and "runs per hour" in out
 
 
+@on_poc_ports
 def test_round_layouts_times_the_simulator_and_a_poc_side_by_side_with_the_same_scores(tmp_path):
     """The sweep's timing cell (3 rounds of a tiny setting) in the simulator at two task_request_intervals and in a
     local POC at one: every layout timed, and its per-case scores bit for bit the first layout's."""

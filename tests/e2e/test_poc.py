@@ -10,10 +10,10 @@ import sys
 import pytest
 
 from feddg.recipes.export import write_job
-from tests.conftest import tiny_experiment
+from tests.conftest import on_poc_ports, tiny_experiment
 from tests.processes import processes_naming, run_bounded
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, on_poc_ports]
 TIMEOUT_S = 900
 
 

@@ -19,9 +19,9 @@ from feddg.experiment import experiment_from_dict
 from feddg.nets.unet import build_model
 from feddg.poc import RehearsalError, admin, prepare, start, stop, submit, wait
 from feddg.provisioning import hospital_admins
-from tests.conftest import tiny_experiment
+from tests.conftest import on_poc_ports, tiny_experiment
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, on_poc_ports]
 SITES = ["BIDMC", "BMC", "RUNMC"]
 DRILL = Path(__file__).parent / "drill" / "feddg_drill.py"
 

@@ -24,9 +24,10 @@ import pytest
 from feddg.inference import load_checkpoint
 from feddg.recipes.export import write_job
 from feddg.poc import download, prepare, server_errors, start, stop, submit, wait
+from tests.conftest import on_poc_ports
 from tests.e2e.test_poc_drills import SITES, _experiment
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, on_poc_ports]
 
 
 def test_fault_drill_a_training_site_dies_mid_job_and_the_rest_finish(tmp_path):

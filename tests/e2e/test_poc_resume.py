@@ -12,9 +12,10 @@ import pytest
 from feddg.recipes.export import write_job
 from feddg.poc import admin, download, prepare, start, stop, submit, wait
 from feddg.resume import resume_job
+from tests.conftest import on_poc_ports
 from tests.e2e.test_poc_drills import SITES, _experiment
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, on_poc_ports]
 TOTAL = 8  # with rounds of a few seconds, enough left after two for the abort (an admin session) to land
 
 

@@ -17,9 +17,10 @@ from nvflare.recipe.sim_env import SIMULATOR_WORKSPACE_ROOT_ENV_VAR, SimEnv
 
 from feddg.flare.site_policy import class_allow_list
 from feddg.poc import FED_LEARN_PORT
+from tests.conftest import on_poc_ports
 from tests.processes import processes_naming, run_bounded
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, on_poc_ports]
 REPO = Path(__file__).resolve().parents[2]
 SITES = ["BIDMC", "BMC", "RUNMC"]  # BIDMC's lead submits in the POC; RUNMC is held out
 TIMEOUT_S = 600

@@ -33,9 +33,10 @@ from feddg.benchmark.reproduce import case_scores_of
 from feddg.flare.site_config import SITE_CONFIG_FILE
 from feddg.poc import _wait_for_port, prepare, start, start_participant, stop, stop_processes
 from feddg.provisioning import FED_LEARN_PORT
+from tests.conftest import on_poc_ports
 from tests.processes import processes_naming
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, on_poc_ports]
 SITES = ["BIDMC", "BMC", "RUNMC"]
 METHODS, HELD_OUT = ["fedavg", "uniform"], ["RUNMC", "BMC"]
 SCHEDULER_MAX_JOBS = 2
