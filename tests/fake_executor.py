@@ -20,14 +20,16 @@ def scored_report(held_out: str, scores: Sequence[float]) -> dict:
 class FakeExecutor(CellExecutor):
     """Records the run ids it was given in ``ran`` (with the results folder's name when ``with_folder``); its runs
     record ``cpu`` as the CPU they were made on and ``avx512`` as its flag, when given; ``scores``: every run's
-    per-case scores, or method -> that method's; ``here``: it stands for an executor of this host."""
+    per-case scores, or method -> that method's; ``here``: it stands for an executor of this host; ``history``: the
+    reports' rounds (``[{"round": 0, "sites": [...]}]``), none when not given."""
 
     name: ClassVar[str] = "fake"
 
     def __init__(self, ran: list, status: str = "ok", scores: Sequence[float] | dict[str, Sequence[float]] | None = None,
                  with_folder: bool = False, error: Exception | None = None, cpu: str | None = None,
-                 avx512: bool | None = None, here: bool = False) -> None:
+                 avx512: bool | None = None, here: bool = False, history: list[dict] | None = None) -> None:
         self.ran, self.status, self.scores, self.with_folder, self.error = ran, status, scores, with_folder, error
+        self.history = history
         self.where = {"executor": self.name, **({"cpu": cpu} if cpu else {}),
                       **({"avx512": avx512} if avx512 is not None else {})}
         self.runs_here = here  # a stand-in for this host's executor: the sweep then knows its runs' CPU family
@@ -40,7 +42,9 @@ class FakeExecutor(CellExecutor):
             server = cell.folder / "server"
             server.mkdir()
             scores = self.scores.get(cell.run.method) if isinstance(self.scores, dict) else self.scores
-            report_json = scored_report(cell.run.held_out, scores) if scores else {"models": {}}
+            report_json = scored_report(cell.run.held_out, scores if scores else ())
+            if self.history is not None:
+                report_json["history"] = self.history
             (server / "feddg_report.json").write_text(json.dumps(report_json))
             cell.log.write_text("")
             on_done(cell, Outcome(self.status, "" if self.status == "ok" else "it said so", 0, 1.0, server,

@@ -146,7 +146,7 @@ if mode == "port-race" and not os.path.exists(os.path.join(run, "raced")):
     sys.exit(1)
 time.sleep(600 if mode == "hang" else 1.5)
 with open(os.path.join(server, "feddg_report.json"), "w") as f:
-    json.dump({"models": {}}, f)
+    json.dump({"models": {"final": {"sites": {f"Domain{i}": {} for i in range(1, 5)}}}}, f)
 with open(os.path.join(run, "end.json"), "w") as f:
     json.dump({"end": time.time()}, f)
 '''

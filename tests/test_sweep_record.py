@@ -24,7 +24,7 @@ from feddg.benchmark.record import LOCK_FILE, RUN_FILE, SWEEP_FILE
 from feddg.benchmark.signals import Interrupted
 from feddg.config import ConfigError
 from feddg.process_tree import alive
-from feddg.report import code_fingerprint
+from feddg.report import code_fingerprint, sites_absent
 from tests.fake_executor import FakeExecutor
 
 TINY = {"train": {"rounds": 2, "local_epochs": 1}, "data": {"image_size": 32}}
@@ -212,6 +212,49 @@ def test_an_interrupted_run_runs_again_without_retry_failed_and_is_no_result(tmp
     assert [r["run_id"] for r in load_records(tmp_path)] == ["fundus_fedavg_Domain1_seed0"]
 
 
+def test_a_report_without_every_site_is_named():
+    """The first round aggregated without a training site, or the unseen site missing from the final evaluation."""
+    final = {"models": {"final": {"sites": {"Domain1": {}, "Domain2": {}}}}}
+    sites = ["Domain1", "Domain2", "Domain3"]
+    rounds = [{"round": 0, "sites": ["Domain2", "Domain3"]}, {"round": 1, "sites": ["Domain3"]}]
+    assert sites_absent({**final, "history": rounds}, sites, "Domain1") == "round 1 aggregated without Domain2"
+    assert sites_absent({**final, "history": rounds[:1]}, sites, "Domain1") is None
+    assert sites_absent({**final, "history": rounds[:1]}, sites, "Domain3") == \
+        "round 0 aggregated without Domain1"
+    assert sites_absent({"history": rounds[:1]}, sites, "Domain1") == \
+        "the final model was not evaluated at the unseen site Domain1"
+
+
+@pytest.mark.parametrize("rounds, status", [
+    ([{"round": 0, "sites": ["Domain2", "Domain3", "Domain4"]}], "ok"),
+    ([{"round": 0, "sites": ["Domain2", "Domain3", "Domain4"]}, {"round": 1, "sites": ["Domain2", "Domain4"]}],
+     "failed"),
+])
+def test_a_run_that_ends_without_every_site_is_recorded_as_failed_naming_it(tmp_path, monkeypatch, rounds, status):
+    """A site's process that never asks for its tasks leaves rounds aggregated without it (NVFlare's simulator could
+    name two processes after one site): such a run is no protocol run, and its record says which round lacked whom."""
+    _use(monkeypatch, FakeExecutor([], scores=(0.8,), history=rounds))
+    _sweep(tmp_path, Protocol("fundus", TINY), seeds=(0,))
+    record = json.loads((tmp_path / "runs" / "fundus_fedavg_Domain1_seed0" / RUN_FILE).read_text())
+    assert record["status"] == status
+    if status == "failed":
+        assert record["reason"] == "the run ended without every site: round 1 aggregated without Domain3"
+
+
+def test_every_committed_run_had_every_site():
+    """Every finished run of the committed results: each round aggregated every training site and the unseen site
+    was evaluated (a run hit by the simulator's site-name race could not have both)."""
+    runs = sorted((Path(__file__).resolve().parents[1] / "benchmarks" / "results").glob("**/runs/*/run.json"))
+    checked = 0
+    for path in runs:
+        record = json.loads(path.read_text())
+        if record.get("status") == "ok" and record.get("report", {}).get("history"):
+            absent = sites_absent(record["report"], record["config"]["data"]["sites"], record["run"]["held_out"])
+            assert absent is None, f"{path}: {absent}"
+            checked += 1
+    assert checked >= 300, checked
+
+
 # -- one sweep per folder ------------------------------------------------------------------------------------------
 
 
@@ -271,7 +314,7 @@ if mode == "finish-then-signal":
     server = os.path.join(ws, "server", "simulate_job")
     os.makedirs(server)
     with open(os.path.join(server, "feddg_report.json"), "w") as f:
-        json.dump({"models": {}}, f)
+        json.dump({"models": {"final": {"sites": {f"Domain{i}": {} for i in range(1, 5)}}}}, f)
     os.kill(os.getppid(), signal.SIGINT)
     sys.exit(0)
 # a site worker, as NVFlare starts it: in a session of its own
@@ -356,7 +399,7 @@ def test_a_run_that_finished_before_the_signal_keeps_its_record(tmp_path, fake_s
     assert stopped.value.stopped == () and str(stopped.value) == (
         "interrupted by SIGINT: no run was stopped; the finished runs keep their records")
     record = json.loads((tmp_path / "runs" / "fundus_fedavg_Domain1_seed0" / RUN_FILE).read_text())
-    assert record["status"] == "ok" and record["report"] == {"models": {}}
+    assert record["status"] == "ok" and record["report"]["models"]["final"]["sites"]["Domain1"] == {}
     assert not (tmp_path / "runs" / "fundus_fedavg_Domain1_seed1").exists()
 
 

@@ -109,6 +109,22 @@ def compare_models(rows: Sequence[dict[str, Any]], site: str, split: str, models
     return lines
 
 
+def sites_absent(report: Mapping[str, Any], sites: Sequence[str], unseen: str) -> str | None:
+    """Why a job's report is not a run of all its sites, None when it is: the first round whose aggregation lacked a
+    training site (``history[].sites``), or the unseen site missing from the final model's evaluation. A run can
+    finish that way when a site's process never asks for its tasks (NVFlare 2.9's simulator could name two site
+    processes after one site: :mod:`feddg.flare.simulator`) and the rounds go on with the sites present."""
+    training = [s for s in sites if s != unseen]
+    for entry in report.get("history", []):
+        missing = [s for s in training if s not in entry.get("sites", [])]
+        if missing:
+            return f"round {entry.get('round')} aggregated without {', '.join(missing)}"
+    evaluated = report.get("models", {}).get("final", {}).get("sites", {})
+    if unseen not in evaluated:
+        return f"the final model was not evaluated at the unseen site {unseen}"
+    return None
+
+
 def write_report(path: str | os.PathLike, report: Mapping[str, Any]) -> None:
     """Write the JSON report atomically (a sibling temporary file renamed into place); NaN is refused."""
     tmp = f"{path}.tmp"

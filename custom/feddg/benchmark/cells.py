@@ -21,7 +21,7 @@ from feddg.benchmark.protocol import Protocol, Run, run_experiment, run_override
 from feddg.benchmark.record import INTERRUPTED, RUN_FILE
 from feddg.benchmark.signals import STOP_SIGNALS
 from feddg.jsonfile import read_json, write_json
-from feddg.report import REPORT_FILE
+from feddg.report import REPORT_FILE, sites_absent
 
 # The CPU numerics a cell runs with unless told otherwise (feddg.numerics): the machine's own kernels, since no pin
 # makes a run repeat across CPU makers (feddg.numerics.numbers_family); each seed's runs stay within one family.
@@ -91,7 +91,8 @@ def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, ou
     """The run's record: its cell, status, wall time, when it was recorded (``ended_at``, UTC epoch seconds: with the
     wall time it places the run in time, so runs made at once count once in the machine time), log, config,
     simulator flags, code and where it ran (``executor``: the executor's ``Outcome.where``); a run that ended by
-    itself is ``ok`` only with exit code 0 (when it has one) and a report, which the record then holds. Beside the
+    itself is ``ok`` only with exit code 0 (when it has one) and a report of all its sites (:func:`sites_absent`),
+    which the record then holds. Beside the
     record go the server files the tables need (:func:`kept_files`) and the final global model (:func:`final_model`,
     about 2 MB for the default network, for analyses that score the trained model again, e.g.
     ``benchmarks/mask_volume.py``). The executor's scratch, e.g. the simulator workspace, is removed, and so is an
@@ -108,6 +109,9 @@ def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, ou
     report_json = read_json(server / REPORT_FILE) if server is not None else {}
     if status == "ok" and (returncode not in (0, None) or not report_json):
         status, reason = "failed", f"exit code {returncode}" + ("" if report_json else ", no report written")
+    absent = sites_absent(report_json, exp["data"]["sites"], run.held_out) if status == "ok" else None
+    if absent is not None:  # not a protocol run: a site sat out
+        status, reason = "failed", f"the run ended without every site: {absent}"
     record.update(status=status, reason=reason)
     if status == "ok":
         record["report"] = report_json
