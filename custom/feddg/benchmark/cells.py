@@ -92,11 +92,10 @@ def _outcome(run: Run, protocol: Protocol, exp: dict[str, Any], folder: Path, ou
     wall time it places the run in time, so runs made at once count once in the machine time), log, config,
     simulator flags, code and where it ran (``executor``: the executor's ``Outcome.where``); a run that ended by
     itself is ``ok`` only with exit code 0 (when it has one) and a report of all its sites (:func:`sites_absent`),
-    which the record then holds. Beside the
-    record go the server files the tables need (:func:`kept_files`) and the final global model (:func:`final_model`,
-    about 2 MB for the default network, for analyses that score the trained model again, e.g.
-    ``benchmarks/mask_volume.py``). The executor's scratch, e.g. the simulator workspace, is removed, and so is an
-    interrupted run's."""
+    which the record then holds. Beside the record go the server files the tables need (:func:`kept_files`) and the
+    final global model (:func:`final_model`, about 2 MB for the default network, for analyses that score the
+    trained model again, e.g. ``benchmarks/mask_volume.py``). The executor's scratch, e.g. the simulator workspace,
+    is removed, and so is an interrupted run's."""
     from feddg.report import code_fingerprint
 
     status, reason, returncode = outcome.status, outcome.reason, outcome.returncode
