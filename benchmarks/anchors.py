@@ -24,7 +24,6 @@ import json
 import re
 import shutil
 import statistics
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ from typing import Any
 from feddg.benchmark.launch import SimulatorRun, run_simulator
 from feddg.compute import SITE_PROCESSES_ENV
 from feddg.flare.constants import TASK_REQUEST_INTERVAL
-from feddg.simulate import SIMULATOR_MODULE
+from feddg.simulate import simulator_command
 
 HERE = Path(__file__).resolve().parent
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
@@ -134,11 +133,10 @@ def recipe_job(out: Path, feddg_yaml: Path, clients: list[str], rounds: int) -> 
 def nvflare_simulator_run(job: Path, workspace: Path, log: Path, clients: list[str]) -> SimulatorRun:
     """The shared launcher (a session of its own; on a timeout every process it started is stopped) around NVFlare's
     simulator, one process per client: the anchors are NVFlare's jobs, not ours, so they do not go through
-    ``feddg simulate``, but they run in its simulator runner (:data:`feddg.simulate.SIMULATOR_MODULE`: NVFlare's,
+    ``feddg simulate``, but they run in its simulator runner (:func:`feddg.simulate.simulator_command`: NVFlare's,
     with the race closed that can give two clients one name and stall the run). The clients get the sites' thread
     budget (``FEDDG_SITE_PROCESSES``), which :mod:`anchor_train` applies as our sites do."""
-    command = [sys.executable, "-m", SIMULATOR_MODULE, str(job), "-w", str(workspace),
-               "-t", str(len(clients)), "-c", ",".join(clients)]
+    command = simulator_command(job, workspace, ["-t", str(len(clients)), "-c", ",".join(clients)])
     return SimulatorRun(job, workspace, log, env={SITE_PROCESSES_ENV: str(len(clients))}, command=command)
 
 

@@ -19,6 +19,15 @@ from feddg.numerics import cpu_pin_mode, pinned_environment
 SIMULATOR_MODULE = "feddg.flare.simulator"
 
 
+def simulator_command(job: str | Path, workspace: str | Path, flags: list[str]) -> list[str]:
+    """The command that runs ``job`` in the simulator (:data:`SIMULATOR_MODULE`) in ``workspace`` with the simulator's
+    ``flags`` (``-t``, ``-c``, ``-gpu`` ...): what ``feddg simulate``, the recipes' ``--env sim`` and the benchmark's
+    NVFlare anchors start."""
+    import sys
+
+    return [sys.executable, "-m", SIMULATOR_MODULE, str(job), "-w", str(workspace), *flags]
+
+
 def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
     """Install the sites' allow-list in the simulator workspace, then hand over to NVFlare's simulator.
 
@@ -67,7 +76,7 @@ def run(job: str, workspace: str, overrides: list[str], rest: list[str]) -> int:
         print(f"CPU numerics pinned: {' '.join(f'{k}={v}' for k, v in pin.items())}", flush=True)
     rest, site_processes = simulator_threads(Path(job), rest)
     site_processes *= concurrent_runs_from_env()  # every site process on the host: the sweep's runs at once
-    command = [sys.executable, "-m", SIMULATOR_MODULE, job, "-w", str(workspace_path), *rest]
+    command = simulator_command(job, workspace_path, rest)
     os.environ[SITE_PROCESSES_ENV] = str(site_processes)
     print(f"running NVFlare's simulator: {SITE_PROCESSES_ENV}={site_processes} {' '.join(command[2:])}", flush=True)
     os.execv(sys.executable, command)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +33,7 @@ from feddg.flare.site_policy import install_resources
 from feddg.folders import claim
 from feddg.process_tree import kill_tree
 from feddg.report import REPORT_FILE
-from feddg.simulate import SIMULATOR_MODULE
+from feddg.simulate import simulator_command
 
 if TYPE_CHECKING:
     from feddg.recipes.recipe import FedDGRecipe
@@ -98,19 +97,19 @@ class FedDGSimEnv(SimEnv):
 
     def simulate(self, job: FedJob) -> str:
         """What ``SimEnv.deploy`` does after its policy step, with the project's simulator runner
-        (:data:`feddg.simulate.SIMULATOR_MODULE`, which closes NVFlare 2.9's race that can give two site processes
+        (:func:`feddg.simulate.simulator_command`, which closes NVFlare 2.9's race that can give two site processes
         one site's name): the job written to a temporary folder and run from there with this environment's sites,
         threads, GPU groups and log config, in a session of its own. Returns the job's id (its name); RuntimeError
         naming the logs' folder when the simulator fails, as SimEnv's."""
         workspace = self.workspace(job.name)
         with tempfile.TemporaryDirectory() as root:
             job.export_job(root)
-            command = [sys.executable, "-m", SIMULATOR_MODULE, str(Path(root) / job.name), "-w", str(workspace),
-                       "-c", ",".join(self.clients), "-t", str(self.num_threads)]
+            flags = ["-c", ",".join(self.clients), "-t", str(self.num_threads)]
             if self.gpu_config:
-                command += ["-gpu", "".join(self.gpu_config.split())]
+                flags += ["-gpu", "".join(self.gpu_config.split())]
             if self.log_config:
-                command += ["-l", self.log_config]
+                flags += ["-l", self.log_config]
+            command = simulator_command(Path(root) / job.name, workspace, flags)
             returncode = subprocess.Popen(command, start_new_session=True).wait()
         self.last_run_failed = returncode != 0
         if self.last_run_failed:
