@@ -92,8 +92,9 @@ def test_the_seed_spread_lists_each_seed_of_the_cells_run_with_several():
     table = markdown(records, [comparisons(records)], ["fedavg", "elcfs"], ["Domain1", "Domain2"])
     assert "| method | held-out | seed 0 | seed 1 | seed 2 | max - min |" in table
     assert "| fedavg | Domain1 | 0.800 | 0.760 | 0.700 | 0.100 |" in table
-    # a cell: mean over seeds ± seed SD (seeds); the mean column of fundus: 0.753 ± 0.050 (3)
-    assert "| fedavg | 0.753 ± 0.050 (3) | 0.800 (1) | 0.777 |" in table
+    # a cell: mean over seeds ± seed SD (seeds); the mean column of fundus: 0.753 ± 0.050 (3); the average keeps
+    # to seed 0, the one run at both sites: (0.80 + 0.80) / 2
+    assert "| fedavg | 0.753 ± 0.050 (3) | 0.800 (1) | 0.800 (seed 0) |" in table
     assert "| elcfs | 0.800 (1) | not run | - |" in table
 
 
@@ -436,6 +437,32 @@ def test_a_method_run_at_some_held_out_sites_only_has_no_average():
         f"{bmc.p.format()} (not Holm-adjusted).")
     assert bmc.mean == pytest.approx(0.05, abs=0.005) and bmc.p.kind == "t"
     assert bmc.flip_p.value == pytest.approx(0.25)  # 3 seeds, all > 0: 2/8
+
+
+def test_the_average_column_keeps_to_the_seeds_run_at_every_site_and_names_them():
+    """Five seeds at BMC and two at HK (a folder made a part at a time): the average is over seeds 3 and 4, the
+    seeds its test pairs, not the mean of a 5-seed and a 2-seed cell."""
+    from feddg.benchmark.scores import cells
+    from feddg.benchmark.tables import comparisons, markdown, site_average
+
+    records = [_prostate_record("fedavg", "BMC", k, [0.1 * k]) for k in range(5)] + [
+        _prostate_record("fedavg", "HK", k, [0.5 + 0.1 * k]) for k in (3, 4)] + [
+        _prostate_record("uniform", site, k, [0.2]) for site in ("BMC", "HK") for k in (3, 4)]
+    table = cells(records)
+    # seed 3: (0.3 + 0.8) / 2 = 0.55; seed 4: (0.4 + 0.9) / 2 = 0.65; mean 0.60 (the cells' means would give 0.525)
+    value, seeds = site_average(table, "fedavg", ["BMC", "HK"], ("prostate", "dice"))
+    assert seeds == [3, 4] and value == pytest.approx(0.60)
+    records[0] = _prostate_record("fedavg", "BMC", 0, [0.9])  # seed 0 at BMC only moves the cells' mean, not this
+    assert site_average(cells(records), "fedavg", ["BMC", "HK"], ("prostate", "dice")) == (pytest.approx(0.60), [3, 4])
+    assert site_average(table, "fedavg", ["BMC", "HK", "UCL"], ("prostate", "dice")) == (None, [])
+    only_bmc = [r for r in records if r["run"]["held_out"] == "BMC" or r["run"]["seed"] != 4]
+    assert site_average(cells(only_bmc), "uniform", ["BMC", "HK"], ("prostate", "dice")) == (pytest.approx(0.2), [3])
+    dice = markdown(records, [comparisons(records, "fedavg", ["BMC", "HK"], n_resamples=200)], ["fedavg", "uniform"],
+                    ["BMC", "HK"]).split("### Dice, prostate", 1)[1].split("###", 1)[0]
+    assert next(line for line in dice.splitlines() if line.startswith("| fedavg |")).endswith(
+        "| 0.600 (seeds 3, 4) |")
+    assert next(line for line in dice.splitlines() if line.startswith("| uniform |")).endswith("| 0.200 |"), \
+        "every cell has the same seeds: the plain mean"
 
 
 def test_the_tables_show_every_designed_cell_and_average_only_a_complete_row(tmp_path):

@@ -37,7 +37,9 @@ def _how_to_read(protocol: dict[str, Any]) -> str:
             "content and labelling by construction): they rank methods on this data only and cannot be compared "
             "with the papers' numbers, which come from real scans at 384 px." if synthetic else
             "These are results on the data under the protocol's data.root.")
-    return ("How to read: a cell is the mean over training seeds ± the seed SD (seed count). A difference is the "
+    return ("How to read: a cell is the mean over training seeds ± the seed SD (seed count); the average column is "
+            "the mean over the seeds run at every held-out site of each seed's site average (it names those seeds "
+            "when a site has others too). A difference is the "
             "mean of paired seed differences (seed k of a method against seed k of the baseline: the same initial "
             "weights, data order and augmentation). The seed is the unit: the average column is tested on each "
             "seed's average over the held-out sites (the runs of one seed at different sites share their start, so "

@@ -134,6 +134,40 @@ def _cell(values: Sequence[float], metric: str) -> str:
     return f"{_fmt(float(np.mean(values)), metric)} ± {_fmt(float(np.std(values, ddof=1)), metric)} ({len(values)})"
 
 
+def site_average(table: dict[tuple[str, str], dict[str, Any]], method: str, held_out: Sequence[str],
+                 key: tuple[str, str]) -> tuple[float | None, list[int]]:
+    """The table's average column for ``method``: each seed's mean over the ``held_out`` sites, averaged over the
+    seeds run at every one of them (the seeds its test uses, :func:`feddg.benchmark.stats.compare_seeds`), and
+    those seeds. ``table``: :func:`feddg.benchmark.scores.cells`; ``key``: (structure or "mean", metric).
+
+    A folder made a part at a time can hold five seeds at one site and two at another: the mean of the cells'
+    means would then mix seeds that a method ran at one site only, so the column keeps to the common seeds.
+    ``(None, [])`` when a site has no finished run or no seed was run at every site."""
+    per_site = []
+    for site in held_out:
+        cell = table.get((method, site))
+        values = [] if cell is None else cell["values"].get(key, [])
+        if not values:
+            return None, []
+        per_site.append(dict(zip(cell["seeds"], values)))
+    common = sorted(set.intersection(*(set(v) for v in per_site)))
+    if not common:
+        return None, []
+    return float(np.mean([np.mean([v[k] for v in per_site]) for k in common])), common
+
+
+def _average(table: dict[tuple[str, str], dict[str, Any]], method: str, held_out: Sequence[str],
+             key: tuple[str, str]) -> str:
+    """:func:`site_average` as a table cell, naming its seeds when some site has others too: ``0.612 (seeds 3, 4)``;
+    ``-`` when there is none."""
+    value, seeds = site_average(table, method, held_out, key)
+    if value is None:
+        return "-"
+    if all(len(table[(method, site)]["values"][key]) == len(seeds) for site in held_out):
+        return _fmt(value, key[1])
+    return f"{_fmt(value, key[1])} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"
+
+
 def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]], methods: Sequence[str],
              held_out: Sequence[str], spent: dict[str, Any] | None = None,
              spread: dict[tuple[str, str], dict[int, float]] | None = None) -> str:
@@ -154,17 +188,14 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
             lines += [f"### {title}, {view} (mean over seeds ± seed SD (seeds))", "",
                       "| method | " + " | ".join(held_out) + " | average |", "|---|" + "---|" * (len(held_out) + 1)]
             for method in methods:
-                row, means = [], []
+                row = []
                 for site in held_out:
                     cell = table.get((method, site))
                     values = [] if cell is None else cell["values"].get((view, metric), [])
-                    if not values:
-                        row.append("failed" if cell is not None and cell["failed"] else "not run")
-                        continue
-                    row.append(_cell(values, metric))
-                    means.append(float(np.mean(values)))
-                average = float(np.mean(means)) if len(means) == len(held_out) else None
-                lines.append(f"| {method} | " + " | ".join(row) + f" | {_fmt(average, metric)} |")
+                    row.append(_cell(values, metric) if values else
+                               "failed" if cell is not None and cell["failed"] else "not run")
+                lines.append(f"| {method} | " + " | ".join(row) +
+                             f" | {_average(table, method, held_out, (view, metric))} |")
             lines.append("")
     if pooled:
         seeds = sorted({seed for per_seed in spread.values() for seed in per_seed})
