@@ -357,9 +357,31 @@ def test_the_plan_prints_its_machine_time_and_a_dry_run_runs_nothing(tmp_path, m
                        ["Domain1", "Domain2"], [0, 1, 2], dry_run=True, report=lines.append)
     assert ran == [] and not (tmp_path / "new").exists()
     # 12 runs x 30 rounds x 2 s = 720 s = 0.2 h
-    assert lines == ["12 runs, 0 done before, 12 to run: about 0.2 run-hours at 60 s per run (the pilot's "
+    assert lines == ["12 runs, 0 done before, 12 to run: about 0.2 run-hours (60 s per run: the pilot's "
                      "2.0 s per FedAvg round on a 2-core CPU x 30 rounds; methods with heavier local training take "
                      "longer; runs made at once share the wall time)"]
+
+
+def test_the_plan_counts_each_methods_own_run_time_on_this_cpu_family_from_the_whole_folder():
+    """A sweep of new cells learns from the folder's other runs: each method's mean wall time on this machine's
+    numbers family, else on any, else the folder's mean; a failed run's time is not a run's time."""
+    from feddg.benchmark.sweep import estimate
+
+    def made(method: str, wall: float, cpu: str, avx512: bool, status: str = "ok") -> dict:
+        return {"status": status, "wall_s": wall, "run": {"method": method},
+                "executor": {"cpu": cpu, "avx512": avx512}}
+
+    intel, amd = "Intel(R) Xeon(R) Processor", "AMD EPYC 7B13"
+    folder = {"a": made("fedavg", 1500, intel, True), "b": made("fedavg", 1600, intel, True),
+              "c": made("fedavg", 900, amd, False), "d": made("elcfs", 5000, amd, False),
+              "e": made("elcfs", 10, intel, True, status="failed")}
+    todo = [Run("prostate", m, "UCL", k) for m in ("fedavg", "elcfs", "ga") for k in (3, 4)]
+    seconds, source = estimate(Protocol("prostate"), folder, todo, "Intel native-avx512")
+    # fedavg 1550 (its 2 Intel runs), elcfs 5000 (its AMD run: none on Intel), ga 2250 (no ga run: the mean of 4)
+    assert seconds == pytest.approx(2 * (1550 + 5000 + 2250))
+    assert source == ("each method's mean over the folder's finished runs: fedavg 1550 s (2 on Intel native-avx512), "
+                      "elcfs 5000 s (1 on any CPU), ga 2250 s (no run of it: the folder's mean over 4)")
+    assert estimate(Protocol("prostate"), folder, [], "Intel native-avx512") == (0.0, "nothing to run")
 
 
 # -- the tables with seeds as the unit -----------------------------------------------------------------------------

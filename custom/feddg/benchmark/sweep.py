@@ -46,7 +46,7 @@ from feddg.benchmark.executors.base import Cell, CellExecutor
 from feddg.benchmark.executors.local import LocalExecutor
 from feddg.benchmark.protocol import Protocol, Run, owned_settings, run_experiment, run_overrides, seed_overrides
 from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_records, finished, folder_lock,
-                                    prepare_folder, record_design, run_records, seed_families)
+                                    prepare_folder, record_design, run_family, run_records, seed_families)
 from feddg.benchmark.reproduce import check_code
 from feddg.benchmark.signals import Interrupted, handle_stop_signals
 from feddg.config import ConfigError
@@ -154,18 +154,43 @@ def check_real_data(protocol: Protocol, run: Run, report: Callable[[str], None] 
                f"change it)")
 
 
-def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run]) -> tuple[float, str]:
-    """(seconds per run, where that figure comes from) for the runs still to do: the folder's finished runs'
-    mean wall time, else the pilot's seconds per round (:data:`PILOT_SECONDS_PER_ROUND`) times the rounds."""
-    walls = [r["wall_s"] for r in finished(records.values())]
-    if walls:
-        return sum(walls) / len(walls), f"mean of the folder's {len(walls)} finished runs"
-    rounds = run_experiment(protocol, todo[0])["train"]["rounds"] if todo else 0
+def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run],
+             family: str = "unknown") -> tuple[float, str]:
+    """(seconds for the runs still to do, where that figure comes from). Each run to do counts the mean wall time of
+    the folder's finished runs of its method made on this numbers ``family`` (the CPU moves a run's time as it
+    moves its numbers: :mod:`feddg.numerics`), else of its method on any family, else of every finished run; with
+    no finished run, the pilot's seconds per round (:data:`PILOT_SECONDS_PER_ROUND`) times the rounds. The folder's
+    runs were made as its sweeps made them (two at once take longer each than one alone), so the figure is for a
+    sweep made the same way. ``records``: every run record of the folder, not just this sweep's cells: a sweep of
+    new cells of a method the folder already ran learns from those runs."""
+    ended = finished(records.values())
+    if not todo:
+        return 0.0, "nothing to run"
+    if ended:
+        by_method: dict[str, dict[str, list[float]]] = {}
+        for r in ended:
+            walls = by_method.setdefault(r["run"]["method"], {"here": [], "any": []})
+            walls["any"].append(float(r["wall_s"]))
+            if run_family(r) == family:
+                walls["here"].append(float(r["wall_s"]))
+        overall = sum(float(r["wall_s"]) for r in ended) / len(ended)
+        per_method, sources = {}, []
+        for method in dict.fromkeys(run.method for run in todo):
+            walls = by_method.get(method, {"here": [], "any": []})
+            pool, where = ((walls["here"], f"on {family}") if walls["here"] else
+                           (walls["any"], "on any CPU") if walls["any"] else ([], ""))
+            per_method[method] = sum(pool) / len(pool) if pool else overall
+            sources.append(f"{method} {per_method[method]:.0f} s" + (
+                f" ({len(pool)} {where})" if pool else f" (no run of it: the folder's mean over {len(ended)})"))
+        total = sum(per_method[run.method] for run in todo)
+        return total, f"each method's mean over the folder's finished runs: {', '.join(sources)}"
+    rounds = run_experiment(protocol, todo[0])["train"]["rounds"]
     per_round = PILOT_SECONDS_PER_ROUND.get(protocol.task)
     if not per_round:
         return 0.0, "no estimate: no finished run and no pilot for this task"
-    return per_round * rounds, (f"the pilot's {per_round:.1f} s per FedAvg round on a 2-core CPU x {rounds} rounds; "
-                                f"methods with heavier local training take longer")
+    return per_round * rounds * len(todo), (f"{per_round * rounds:.0f} s per run: the pilot's {per_round:.1f} s per "
+                                            f"FedAvg round on a 2-core CPU x {rounds} rounds; methods with heavier "
+                                            f"local training take longer")
 
 
 def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], seeds: Sequence[int],
@@ -194,9 +219,10 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
         if dry_run:
             prepare_folder(out, protocol, report, write=False)
             check_records(out, protocol, move_aside, report, write=False)
-            done, todo = _split(runs, run_records(out), retry_failed)
-            todo = _ours(todo, run_records(out), family, report)
-            _report_plan(protocol, runs, done, todo, report)
+            folder = run_records(out)
+            done, todo = _split(runs, folder, retry_failed)
+            todo = _ours(todo, folder, family, report)
+            _report_plan(protocol, runs, done, todo, folder, family, report)
             return list(done.values())
         with _undone_if_refused(Path(out)) as accepted:
             with folder_lock(out, report):
@@ -205,7 +231,7 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
                 folder = run_records(out)
                 done, todo = _split(runs, folder, retry_failed)
                 todo = _ours(todo, folder, family, report)
-                _report_plan(protocol, runs, done, todo, report)
+                _report_plan(protocol, runs, done, todo, folder, family, report)
                 cells = [prepare_cell(run, protocol, out, timeout, cpu_pin) for run in todo]
                 try:
                     if cells:
@@ -281,13 +307,12 @@ def _split(runs: Sequence[Run], records: dict[str, dict], retry_failed: bool) ->
 
 
 def _report_plan(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], todo: Sequence[Run],
-                 report: Callable[[str], None]) -> None:
-    per_run, source = estimate(protocol, done, todo)
+                 folder: dict[str, dict], family: str, report: Callable[[str], None]) -> None:
+    seconds, source = estimate(protocol, folder, todo, family)
     left = len(runs) - len(done) - len(todo)  # cells left for a machine of another CPU family (_ours)
     report(f"{len(runs)} runs, {len(done)} done before, {f'{left} left for another machine, ' if left else ''}"
-           f"{len(todo)} to run: about "
-           f"{per_run * len(todo) / 3600:.1f} run-hours at {per_run:.0f} s per run ({source}; runs made at once "
-           f"share the wall time)")
+           f"{len(todo)} to run: about {seconds / 3600:.1f} run-hours ({source}; runs made at once share the wall "
+           f"time)")
 
 
 def _run_all(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], cells: Sequence[Cell],
