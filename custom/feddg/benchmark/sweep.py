@@ -171,7 +171,7 @@ def estimate(protocol: Protocol, records: dict[str, dict], todo: Sequence[Run],
         for r in ended:
             walls = by_method.setdefault(r["run"]["method"], {"here": [], "any": []})
             walls["any"].append(float(r["wall_s"]))
-            if run_family(r) == family:
+            if family != "unknown" and run_family(r) == family:  # runs made elsewhere: their family unknown
                 walls["here"].append(float(r["wall_s"]))
         overall = sum(float(r["wall_s"]) for r in ended) / len(ended)
         per_method, sources = {}, []
