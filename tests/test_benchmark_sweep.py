@@ -442,7 +442,11 @@ def test_a_cell_with_fewer_than_three_seeds_shows_its_seed_differences_and_no_in
     stats = comparisons(records, "fedavg", ["BMC", "HK"], n_resamples=500)
     text = markdown(records, [stats], ["fedavg", "uniform", "ga"], ["BMC", "HK"])
     row = next(line for line in text.splitlines() if line.startswith("| ga | +0.0"))
-    assert "+0.050 (2 seeds: +0.044, +0.055)" in row and "(2 seeds per site)" in row and "[" not in row
+    assert "+0.050 (2 seeds: +0.044, +0.055)" in row and "[" not in row
+    average = stats["methods"]["ga"]["average"]  # seeds 0 and 1 at both sites: their site averages, D_0 and D_1
+    assert row.endswith(f"| {average.mean:+.3f} (seeds 0, 1, run at every site: {average.tested[0]:+.3f}, "
+                        f"{average.tested[1]:+.3f}) | - |")
+    assert average.mean == pytest.approx(np.mean(list(average.tested.values())))
     assert "not resolved, fewer than 3 seeds run at every site" in verdict("ga", stats["methods"]["ga"], "fedavg", 2)
     assert "holm_p" not in stats["methods"]["ga"]
 

@@ -137,13 +137,13 @@ class SeedDifference:
     def format(self, digits: int = 3) -> str:
         """``+0.044 [-0.012, +0.091] 5 seeds, SD 0.049``; with fewer than :data:`MIN_SEEDS` seeds no interval: at one
         site each seed's difference, ``+0.044 (2 seeds: +0.051, +0.037)`` or ``+0.042 (1 seed)``, over several
-        sites the seed counts, ``+0.079 (1-3 seeds per site)``."""
+        sites the seeds run at every site and their site averages D_k, the values the mean is over: ``+0.009 (seeds
+        3, 4, run at every site: +0.012, +0.006)``."""
         if not self.has_interval:  # fewer than MIN_SEEDS: the seed values, no interval
-            counts = [len(v) for v in self.seeds.values()]
             if len(self.seeds) > 1:
-                low, high = min(counts), max(counts)
-                span = f"{low}" if low == high else f"{low}-{high}"
-                return f"{self.mean:+.{digits}f} ({span} seed{'s' if high > 1 else ''} per site)"
+                named = ", ".join(map(str, self.tested))
+                return (f"{self.mean:+.{digits}f} (seed{'s' if len(self.tested) > 1 else ''} {named}, run at every "
+                        f"site: {', '.join(f'{d:+.{digits}f}' for d in self.tested.values())})")
             values = [d for per_site in self.seeds.values() for d in per_site.values()]
             if len(values) == 1:
                 return f"{self.mean:+.{digits}f} (1 seed)"
