@@ -44,15 +44,15 @@ every site), a site's column on its ``K`` differences ``d[s, k]``:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
 import numpy as np
 from scipy import stats
 
-__all__ = ["DIFFERENCE_THAT_MATTERS", "MIN_SEEDS", "PValue", "SeedDifference", "compare_seeds", "crossed_distribution",
-           "holm", "minimum_detectable_difference", "paired_t_test", "seeds_needed", "sign_flip_test"]
+__all__ = ["DIFFERENCE_THAT_MATTERS", "MIN_SEEDS", "PValue", "SeedDifference", "common_seeds", "compare_seeds",
+           "crossed_distribution", "holm", "minimum_detectable_difference", "paired_t_test", "seeds_needed", "sign_flip_test"]
 
 Scores = Union[Sequence[float], np.ndarray]
 # site -> seed -> (method's per-case scores, baseline's per-case scores), the cases in the same order.
@@ -161,6 +161,11 @@ class SeedDifference:
                 "seed_differences": {s: {str(k): d for k, d in v.items()} for s, v in self.seeds.items()}}
 
 
+def common_seeds(per_site: Iterable[Mapping[int, Any]]) -> list[int]:
+    """The seeds present at every site (each a seed -> value mapping), sorted: the seeds an average is over."""
+    return sorted(set.intersection(*(set(v) for v in per_site)))
+
+
 def compare_seeds(runs: PairedRuns, *, confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0,
                   alpha: float = ALPHA, power: float = POWER) -> SeedDifference:
     """The difference ``method - baseline`` over the sites of ``runs`` (one site: that site's column), the seed as
@@ -173,7 +178,7 @@ def compare_seeds(runs: PairedRuns, *, confidence: float = 0.95, n_resamples: in
     _check_options(confidence, n_resamples)
     cases = _case_differences(runs)  # site -> (K_s, n_s), rows in sorted seed order
     seeds = {site: {k: float(np.mean(d)) for k, d in zip(sorted(runs[site]), diffs)} for site, diffs in cases.items()}
-    common = sorted(set.intersection(*(set(v) for v in seeds.values())))
+    common = common_seeds(seeds.values())
     if not common:
         raise ValueError(f"no seed was run at every site {sorted(seeds)}: the average needs the same seeds")
     tested = {k: float(np.mean([seeds[site][k] for site in seeds])) for k in common}

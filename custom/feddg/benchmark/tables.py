@@ -18,7 +18,8 @@ import numpy as np
 from feddg.benchmark.provenance import machine_time, plural, time_spent
 from feddg.benchmark.record import finished, run_family
 from feddg.benchmark.scores import METRICS, case_scores, cells, label_names, pooled_seed_sd, seed_dice, seed_spread
-from feddg.benchmark.stats import ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, compare_seeds, holm
+from feddg.benchmark.stats import (ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, common_seeds,
+                                   compare_seeds, holm)
 from feddg.layouts import LAYOUTS
 
 
@@ -150,7 +151,7 @@ def site_average(table: dict[tuple[str, str], dict[str, Any]], method: str, held
         if not values:
             return None, []
         per_site.append(dict(zip(cell["seeds"], values)))
-    common = sorted(set.intersection(*(set(v) for v in per_site)))
+    common = common_seeds(per_site)
     if not common:
         return None, []
     return float(np.mean([np.mean([v[k] for v in per_site]) for k in common])), common
