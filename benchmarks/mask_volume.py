@@ -12,8 +12,10 @@ towards one convention; this script measures whether it did.
 It needs the models, which the repository does not keep (only ``run.json``): a run's final global model
 (``FL_global_model.pt``, the benchmark's reported model) is read from beside its ``run.json``, where the sweep
 keeps it on the machine that made the run (:func:`feddg.benchmark.executors.base.final_model`; code before that
-kept none), or else from the run's workspace while that is still there. Runs whose model is not on this machine are
-counted and left out. Each model is scored again here on the held-out site's test cases
+kept none), or else from the run's workspace while that is still there. A model lives only on the machine that
+made its run, so the measurement accumulates: a run whose model is not here keeps its row from the output's earlier
+``mask_volume.json`` when its record still holds what that row was checked against (:func:`earlier_row`); runs
+with neither are counted and left out. Each model is scored again here on the held-out site's test cases
 (the run's own ``feddg.yaml``, from the checkpoint), and its per-case Dice is compared with the one its run recorded:
 the largest absolute difference is printed per run, so a model that is not the run's (or numerics that differ)
 shows.
@@ -37,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from feddg.benchmark.executors.base import final_model
+from feddg.jsonfile import read_json_object
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from folder_report import number, report_folder, seed_difference, write_report  # noqa: E402
@@ -108,12 +111,27 @@ def score_run(model_path: Path, held_out: str, recorded_dice: np.ndarray | None)
             **{k: float(np.nanmean([c[k] for c in volumes])) for k in VOLUME_KEYS}}
 
 
-def measure(folder: Path, held_out: Sequence[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """One row per finished run of ``folder`` whose model is on this machine (method, held-out site, seed order),
-    and the run ids of the finished runs whose model is not."""
+def earlier_row(row: Mapping[str, Any] | None, recorded_dice: np.ndarray | None) -> Mapping[str, Any] | None:
+    """``row``, a run's row of an earlier measurement, when it still belongs to the run's record: its Dice (scored
+    from the model then) is the mean of the record's per-case Dice within the largest per-case difference it was
+    found to have (a run made again since, with other results, fails this); else None. A row that was never
+    checked against a record (no ``max_dice_difference``) cannot be tied to it and is not kept."""
+    if row is None or recorded_dice is None or len(recorded_dice) == 0 or row.get("max_dice_difference") is None:
+        return None
+    tolerance = float(row["max_dice_difference"]) + 1e-9
+    return row if abs(float(row["dice"]) - float(np.mean(recorded_dice))) <= tolerance else None
+
+
+def measure(folder: Path, held_out: Sequence[str] | None = None,
+            earlier: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per finished run of ``folder`` whose model is on this machine, scored here (``scored_here``
+    true), or else whose row in ``earlier`` (run id -> row of an earlier measurement) still belongs to its record
+    (:func:`earlier_row`; ``scored_here`` false), in method, held-out site, seed order; and the run ids of the
+    finished runs with neither."""
     from feddg.benchmark.record import run_records
     from feddg.benchmark.scores import case_dice
 
+    earlier = earlier or {}
     rows, missing = [], []
     for run_id, record in sorted(run_records(folder, scores=True).items()):
         run = record.get("run") or {}
@@ -121,10 +139,14 @@ def measure(folder: Path, held_out: Sequence[str] | None = None) -> tuple[list[d
             continue
         model = final_model(folder / "runs" / run_id)  # the copy beside run.json before the workspace's
         if model is None:
-            missing.append(run_id)
+            kept = earlier_row(earlier.get(run_id), case_dice(record))
+            if kept is None:
+                missing.append(run_id)
+            else:
+                rows.append({**kept, "scored_here": False})
             continue
         rows.append({"run_id": run_id, "method": run["method"], "held_out": run["held_out"], "seed": int(run["seed"]),
-                     **score_run(model, run["held_out"], case_dice(record))})
+                     **score_run(model, run["held_out"], case_dice(record)), "scored_here": True})
     rows.sort(key=lambda r: (r["held_out"], r["method"], r["seed"]))
     return rows, missing
 
@@ -163,15 +185,19 @@ def _agreement(value: float | None) -> str:
 
 def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], missing: Sequence[str],
              command: str, control: str) -> str:
+    here = sum(bool(r["scored_here"]) for r in rows)
     lines = ["# How large the held-out predictions are", "",
-             f"`{command}` (generated; each run's final global model scored again on this machine).", "",
+             f"`{command}` (generated; each run's final global model scored again where it is kept).", "",
              "Ratio: predicted over reference volume per test case (1: the right size; above 1: over-segmented), "
              "the mean over the cases; in slices / off slices: the part of it on the slices where the reference has "
-             "the structure / where it has none (slices the site's annotators left empty). Dice: scored here; "
+             "the structure / where it has none (slices the site's annotators left empty). Dice: scored again from "
+             "the model; "
              "|Dice - recorded|: the largest per-case difference to the run's own record (0: the same model and "
              f"numerics). Ratio - {control}: paired by seed, the seed as the unit (95% crossed bootstrap interval "
              "and paired t-test from 3 seeds).", "",
-             f"Runs scored: {len(rows)}; finished runs whose model is not on this machine (left out): {len(missing)}.",
+             f"Runs: {len(rows)}, {here} scored on this machine and {len(rows) - here} kept from this file's earlier "
+             "measurement (their models were on the machine that made them; their records unchanged since); "
+             f"finished runs whose model is not on this machine and never scored (left out): {len(missing)}.",
              "", "## Per held-out site and method (means over seeds)", "",
              f"| held-out | method | seeds | Dice | ratio | in slices | off slices | ratio - {control} |",
              "|---|---|---|---|---|---|---|---|"]
@@ -180,11 +206,11 @@ def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], 
                      f"{number(s['ratio'])} | {number(s['in_slices'])} | {number(s['off_slices'])} | "
                      f"{seed_difference(s['ratio_minus_control'])} |")
     lines += ["", "## Per run", "", "| held-out | method | seed | Dice | ratio | in slices | off slices | "
-              "|Dice - recorded| |", "|---|---|---|---|---|---|---|---|"]
+              "|Dice - recorded| | scored |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['held_out']} | {r['method']} | {r['seed']} | {number(r['dice'])} | {number(r['ratio'])} | "
                      f"{number(r['in_slices'])} | {number(r['off_slices'])} | "
-                     f"{_agreement(r['max_dice_difference'])} |")
+                     f"{_agreement(r['max_dice_difference'])} | {'here' if r['scored_here'] else 'earlier'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -202,10 +228,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return 2
     held_out = [s.strip() for s in args.held_out.split(",") if s.strip()] if args.held_out else None
-    rows, missing = measure(args.folder, held_out)
+    earlier_file = out / "mask_volume.json"
+    try:  # an unreadable earlier measurement is named, not silently measured over
+        previous = read_json_object(earlier_file).get("runs", []) if earlier_file.exists() else []
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    rows, missing = measure(args.folder, held_out,
+                            {r["run_id"]: r for r in previous if isinstance(r, dict) and "run_id" in r})
     if not rows:
-        print(f"{args.folder}: no finished run with its model on this machine ({len(missing)} without)",
-              file=sys.stderr)
+        print(f"{args.folder}: no finished run with its model on this machine or a row in {earlier_file} "
+              f"({len(missing)} without)", file=sys.stderr)
         return 1
     summary = summarise(rows, args.control)
     command = "python benchmarks/mask_volume.py " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -132,3 +132,47 @@ def test_the_shared_report_helpers(tmp_path):
     with pytest.raises(ValueError, match="not a benchmark results folder"):
         report_folder(tmp_path, None)
     assert report_folder(PROSTATE, tmp_path / "elsewhere") == tmp_path / "elsewhere"
+
+
+def test_a_run_whose_model_is_gone_keeps_its_earlier_row_while_its_record_is_unchanged(tmp_path, synthetic_root):
+    folder = tmp_path / "results"
+    for seed in (0, 1):
+        _run(folder, synthetic_root["prostate"], "uniform", seed)
+    (folder / "sweep.json").write_text((PROSTATE / "sweep.json").read_text())
+    assert main([str(folder)]) == 0
+    first = json.loads((folder / "mask_volume.json").read_text())["runs"]
+    assert [r["scored_here"] for r in first] == [True, True]
+
+    # A new machine: seed 0's model is gone, seed 1's run was made again with other results, seed 2 is new.
+    import shutil
+
+    shutil.rmtree(folder / "runs" / "prostate_uniform_HK_seed0" / "ws")
+    shutil.rmtree(folder / "runs" / "prostate_uniform_HK_seed1" / "ws")
+    rerun = folder / "runs" / "prostate_uniform_HK_seed1" / "run.json"
+    record = json.loads(rerun.read_text())
+    record["report"]["models"]["final"]["sites"]["HK"]["splits"]["test"]["cases"]["0"]["prostate"]["dice"] += 0.1
+    rerun.write_text(json.dumps(record))
+    _run(folder, synthetic_root["prostate"], "uniform", 2)
+    assert main([str(folder)]) == 0
+    saved = json.loads((folder / "mask_volume.json").read_text())
+    kept = {r["run_id"]: r for r in saved["runs"]}
+    assert kept["prostate_uniform_HK_seed0"] == {**first[0], "scored_here": False}  # the row as it was scored
+    assert kept["prostate_uniform_HK_seed2"]["scored_here"] is True
+    assert saved["missing_models"] == ["prostate_uniform_HK_seed1"]  # its record no longer matches the row
+    text = (folder / "mask_volume.md").read_text()
+    assert "Runs: 2, 1 scored on this machine and 1 kept" in text and "(left out): 1." in text
+    assert "| HK | uniform | 0 | " in text and text.count("| earlier |") == 1
+
+    (folder / "mask_volume.json").write_text("{not json")
+    assert main([str(folder)]) == 2  # named, not measured over
+
+
+def test_an_earlier_row_is_kept_only_when_it_was_checked_against_the_record():
+    from benchmarks.mask_volume import earlier_row
+
+    row = {"dice": 0.5, "max_dice_difference": 0.0}
+    assert earlier_row(row, np.array([0.4, 0.6])) is row
+    assert earlier_row(row, np.array([0.4, 0.7])) is None  # the run's record moved
+    assert earlier_row({"dice": 0.52, "max_dice_difference": 0.03}, np.array([0.4, 0.6])) is not None
+    assert earlier_row({"dice": 0.5, "max_dice_difference": None}, np.array([0.4, 0.6])) is None
+    assert earlier_row(None, np.array([0.5])) is None and earlier_row(row, None) is None
