@@ -209,6 +209,23 @@ def test_a_reproduce_check_with_other_scores_is_refused_naming_the_case(tmp_path
                            report=lambda _: None)
 
 
+def test_a_pinned_sweep_on_an_avx512_cpu_does_not_join_the_seeds_of_a_cpu_without_it(tmp_path, monkeypatch):
+    """The pin caps the instruction set, not the CPU: an AMD EPYC with AVX-512, pinned to AVX2, re-ran two runs of
+    an AMD EPYC without it with other numbers (179 and 180 of 204 per-case scores;
+    ``benchmarks/results/cpu_check_prostate``), so its pinned runs are a family of their own."""
+    from feddg.benchmark import sweep as sweep_module
+
+    out, lines, ran = tmp_path / "amd", [], []
+    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="AMD EPYC 7B13", avx512=False)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
+    _fake_executor(monkeypatch, sweep_module, "old-code", ran=ran, cpu="AMD EPYC", avx512=True)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1", "Domain2"], [0, 1], report=lines.append,
+                       cpu_pin="avx2")
+    assert [r for r, _ in ran] == ["fundus_fedavg_Domain1_seed1", "fundus_fedavg_Domain2_seed1"]
+    assert "1 cell(s) left for a machine of their seed's CPU family (seed(s) 0 on AMD avx2): this sweep makes AMD " \
+           "avx2-pinned runs, and a pair's two runs must come from one family" in lines, lines
+
+
 def test_each_seed_stays_on_one_cpu_family_and_the_reproduce_check_re_runs_a_run_of_this_family(
         tmp_path, monkeypatch):
     """A run repeats only on its CPU family (maker and kernels; an Intel Xeon re-running AMD EPYC runs of the same

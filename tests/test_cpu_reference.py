@@ -76,11 +76,15 @@ def test_the_pin_is_one_setting_with_its_variables():
     assert pinned_environment("avx2") == {CPU_PIN_ENV: "avx2", "ATEN_CPU_CAPABILITY": "avx2",
                                           "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
     assert pinned_environment("off") == {CPU_PIN_ENV: "off"}
-    assert effective_kernels("avx2", True) == effective_kernels("off", False) == "avx2"
+    assert effective_kernels("avx2", False) == effective_kernels("off", False) == "avx2"
     assert effective_kernels("off", True) == "native-avx512" and effective_kernels("off", None) == "unknown"
-    # what a run repeats on: the maker is part of it (pinned Intel runs did not repeat AMD ones)
+    assert effective_kernels("avx2", True) == "avx2-pinned" and effective_kernels("avx2", None) == "unknown"
+    # what a run repeats on: the maker is part of it (pinned Intel runs did not repeat AMD ones), and so is the CPU's
+    # having AVX-512 (an AMD EPYC with it, pinned, did not repeat one without it)
     assert numbers_family("AMD EPYC 7B13", "off", False) == numbers_family("AMD EPYC", "avx2", False) == "AMD avx2"
-    assert numbers_family("Intel(R) Xeon(R) Processor", "avx2", True) == "Intel avx2"
+    assert numbers_family("AMD EPYC", "avx2", True) == "AMD avx2-pinned"
+    assert numbers_family("AMD EPYC", "off", True) == "AMD native-avx512"
+    assert numbers_family("Intel(R) Xeon(R) Processor", "avx2", True) == "Intel avx2-pinned"
     assert numbers_family("Intel Xeon", "off", True) == "Intel native-avx512"
     assert numbers_family(None, "off", False) == numbers_family("Intel Xeon", "off", None) == "unknown"
 

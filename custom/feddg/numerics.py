@@ -95,12 +95,15 @@ def numerics(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
 
 
 def effective_kernels(cpu_pin: str | None, avx512: bool | None) -> str:
-    """The kernel family a run's numbers come from: ``avx2`` when pinned, or unpinned on a CPU without AVX-512 (the
-    pin changes nothing there); ``native-avx512`` unpinned on a CPU with it; ``unknown`` when the record cannot
-    tell."""
-    if cpu_pin == "avx2" or avx512 is False:
+    """The kernel family a run's numbers come from: ``avx2`` on a CPU without AVX-512 (pinned or not: the pin
+    changes nothing there); ``avx2-pinned`` pinned on a CPU with AVX-512, a family of its own (the pin caps the
+    instruction set, not the CPU's generation: below); ``native-avx512`` unpinned on a CPU with it; ``unknown`` when
+    the record cannot tell whether the CPU has AVX-512."""
+    if avx512 is None:
+        return "unknown"
+    if not avx512:
         return "avx2"
-    return "native-avx512" if avx512 else "unknown"
+    return "avx2-pinned" if cpu_pin == "avx2" else "native-avx512"
 
 
 def cpu_maker(cpu: str | None) -> str | None:
@@ -113,14 +116,19 @@ def cpu_maker(cpu: str | None) -> str | None:
 
 def numbers_family(cpu: str | None, cpu_pin: str | None, avx512: bool | None) -> str:
     """What a run repeats bit for bit on: the CPU's maker and the kernel family it ran (:func:`effective_kernels`),
-    e.g. ``AMD avx2``, ``Intel avx2`` (pinned), ``Intel native-avx512``; ``unknown`` when the record cannot tell.
+    e.g. ``AMD avx2``, ``AMD native-avx512``, ``Intel native-avx512``, ``Intel avx2-pinned``; ``unknown`` when the
+    record cannot tell.
 
-    The maker is part of it because the pin does not carry a run across makers: oneDNN sizes its convolution loops
-    by the CPU's caches, and the ISA cap does not fix that. Measured 2026-11-28 on an Intel Xeon, pinned, re-running
-    two AMD EPYC runs of the prostate protocol with the same code: 173 and 171 of 204 per-case scores differed
-    (held-out Dice 0.5096 against 0.5587, 0.4848 against 0.4947; ``benchmarks/results/cpu_check_prostate``), as
-    unpinned Intel runs did (178). Runs of one family compare pair by pair; a seed's runs must share one (a pair's
-    two runs then do), while different seeds may come from different families: each seed is its own draw."""
+    The pin does not carry a run across CPUs that differ in more than the instruction set: oneDNN sizes its
+    convolution loops by the CPU's caches, and the ISA cap does not fix that. So the maker is part of the family
+    (measured 2026-11-28 on an Intel Xeon, pinned, re-running two AMD EPYC runs of the prostate protocol with the
+    same code: 173 and 171 of 204 per-case scores differed, held-out Dice 0.5096 against 0.5587 and 0.4848 against
+    0.4947, as unpinned Intel runs did: 178), and so is the CPU's having AVX-512, pinned or not (measured
+    2026-11-29 on an AMD EPYC with AVX-512, pinned to AVX2, re-running two runs of an AMD EPYC without it with the
+    set's admitted code: 179 and 180 of 204 differed, 0.5713 against 0.5587 and 0.5413 against 0.5502;
+    ``benchmarks/results/cpu_check_prostate``). Runs of one family compare pair by pair; a seed's runs must share
+    one (a pair's two runs then do), while different seeds may come from different families: each seed is its own
+    draw."""
     kernels = effective_kernels(cpu_pin, avx512)
     maker = cpu_maker(cpu)
     return "unknown" if maker is None or kernels == "unknown" else f"{maker} {kernels}"
