@@ -43,7 +43,9 @@ def test_a_folder_keeps_one_protocol_and_a_mismatch_names_the_first_differing_ke
 
 def test_every_run_is_validated_before_any_runs():
     runs = plan(Protocol("fundus"), ["fedavg", "elcfs_ga", "fedprox"], ["Domain1", "Domain4"], [0, 1])
-    assert len(runs) == 12 and runs[0].run_id == "fundus_fedavg_Domain1_seed0"
+    assert len(runs) == 12 and [r.run_id for r in runs[:4]] == [  # a seed's pairs before the next seed
+        "fundus_fedavg_Domain1_seed0", "fundus_elcfs_ga_Domain1_seed0", "fundus_fedprox_Domain1_seed0",
+        "fundus_fedavg_Domain1_seed1"]
     with pytest.raises(ValueError, match="unknown method"):
         plan(Protocol("fundus"), ["fedavg", "fedsr"], ["Domain1"], [0])
     with pytest.raises(ConfigError, match="data.unseen_site"):

@@ -111,16 +111,18 @@ def parse_seeds(text: str, flag: str = "--seeds") -> list[int]:
 
 
 def plan(protocol: Protocol, methods: Sequence[str], held_out: Sequence[str], seeds: Sequence[int]) -> list[Run]:
-    """The runs, held-out sites outermost (an interrupted sweep leaves whole columns of the table); each validated
-    before anything runs (an unknown method, site or key fails here, naming it, and so do a setting the sweep sets
-    itself, e.g. ``train.seed``, and a protocol under which a method would not act, e.g. GA with one round)."""
+    """The runs, held-out sites outermost, then seeds (an interrupted sweep leaves whole columns of the table and,
+    in the column it stopped in, whole seeds: each method's run of a seed, the pairs the verdicts compare); each
+    validated before anything runs (an unknown method, site or key fails here, naming it, and so do a setting the
+    sweep sets itself, e.g. ``train.seed``, and a protocol under which a method would not act, e.g. GA with one
+    round)."""
     from feddg.experiment import experiment_from_dict
     from feddg.flare.registry import method
 
     owned = owned_settings(protocol.overrides)
     if owned:
         raise ConfigError("; ".join(owned))
-    runs = [Run(protocol.task, m, h, s) for h in held_out for m in methods for s in seeds]
+    runs = [Run(protocol.task, m, h, s) for h in held_out for s in seeds for m in methods]
     for run in runs:
         reason = method(run.method).inactive_reason(experiment_from_dict(run_experiment(protocol, run)))
         if reason:
