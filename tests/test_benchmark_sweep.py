@@ -794,3 +794,14 @@ def test_cells_made_by_several_code_versions_are_named():
     assert mixed_code_cells(records) == ("Cells whose seeds were made by more than one code version: ga at HK "
                                          "(aaaaaaaaaaaa: seed 0; bbbbbbbbbbbb: seeds 1, 2).")
     assert mixed_code_cells(_design({"ga": 0.05})) == ""
+
+
+def test_the_how_to_read_note_says_how_the_synthetic_sites_differ_under_the_protocol():
+    from feddg.benchmark.results import _how_to_read
+
+    default = _how_to_read({"overrides": {"data": {"synthetic": {"held_out_cases": 24}}}})
+    style_only = _how_to_read({"overrides": {"data": {"synthetic": {"shift": "style_only"}}}})
+    real = _how_to_read({"overrides": {"data": {"root": "/data/prostate"}}})
+    assert "sites that differ in style, content and labelling by construction" in default
+    assert "sites that differ in style alone (data.synthetic.shift: style_only) by construction" in style_only
+    assert "synthetic" not in real and "the protocol's data.root" in real

@@ -32,10 +32,14 @@ def _in_order(present: set[str], order: Sequence[str]) -> list[str]:
 
 
 def _how_to_read(protocol: dict[str, Any]) -> str:
-    synthetic = protocol.get("overrides", {}).get("data", {}).get("root") is None
-    data = ("These are results on the project's synthetic data (64 px by default, sites that differ in style, "
-            "content and labelling by construction): they rank methods on this data only and cannot be compared "
-            "with the papers' numbers, which come from real scans at 384 px." if synthetic else
+    data_overrides = protocol.get("overrides", {}).get("data", {})
+    synthetic = data_overrides.get("root") is None
+    differ = ("in style alone (data.synthetic.shift: style_only)"
+              if data_overrides.get("synthetic", {}).get("shift") == "style_only" else
+              "in style, content and labelling")
+    data = (f"These are results on the project's synthetic data (64 px by default, sites that differ {differ} by "
+            "construction): they rank methods on this data only and cannot be compared with the papers' numbers, "
+            "which come from real scans at 384 px." if synthetic else
             "These are results on the data under the protocol's data.root.")
     return ("How to read: a cell is the mean over training seeds ± the seed SD (seed count); the average column is "
             "the mean over the seeds run at every held-out site of each seed's site average (it names those seeds "
