@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from folder_report import number, report_folder, seed_difference, write_report  # noqa: E402
 
 VOLUME_KEYS = ("ratio", "in_slices", "off_slices")
+REPORT = "mask_volume"  # the report's name: REPORT.md and REPORT.json (folder_report.write_report), read back too
 
 
 def case_volumes(pred: np.ndarray, gt: np.ndarray) -> dict[str, float] | None:
@@ -228,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return 2
     held_out = [s.strip() for s in args.held_out.split(",") if s.strip()] if args.held_out else None
-    earlier_file = out / "mask_volume.json"
+    earlier_file = out / f"{REPORT}.json"
     try:  # an unreadable earlier measurement is named, not silently measured over
         previous = read_json_object(earlier_file).get("runs", []) if earlier_file.exists() else []
     except ValueError as e:
@@ -242,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     summary = summarise(rows, args.control)
     command = "python benchmarks/mask_volume.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    write_report(out, "mask_volume", markdown(rows, summary, missing, command, args.control),
+    write_report(out, REPORT, markdown(rows, summary, missing, command, args.control),
                  {"command": command, "summary": summary, "runs": rows, "missing_models": list(missing)})
     return 0
 

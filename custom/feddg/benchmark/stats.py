@@ -52,7 +52,8 @@ import numpy as np
 from scipy import stats
 
 __all__ = ["DIFFERENCE_THAT_MATTERS", "MIN_SEEDS", "PValue", "SeedDifference", "common_seeds", "compare_seeds",
-           "crossed_distribution", "holm", "minimum_detectable_difference", "paired_t_test", "seeds_needed", "sign_flip_test"]
+           "crossed_distribution", "holm", "minimum_detectable_difference", "paired_t_test", "seeds_needed",
+           "sign_flip_test"]
 
 Scores = Union[Sequence[float], np.ndarray]
 # site -> seed -> (method's per-case scores, baseline's per-case scores), the cases in the same order.
