@@ -141,8 +141,9 @@ def nvflare_simulator_run(job: Path, workspace: Path, log: Path, clients: list[s
 
 
 def run_anchor(job: Path, workspace: Path, clients: list[str], timeout: float) -> dict[str, Any]:
-    """Run an anchor job in the simulator, one process per client; its rounds' times from the log. RuntimeError
-    naming the job and its log when it fails or no round time can be read."""
+    """Run an anchor job in the simulator, one process per client; its rounds' times from the log (a run that lost
+    NVFlare's port race is started once more: :func:`~feddg.benchmark.launch.run_simulator`). RuntimeError naming
+    the job and its log when it fails or no round time can be read."""
     if workspace.exists():
         shutil.rmtree(workspace)
     log = workspace.parent / f"{workspace.name}.log"
@@ -152,7 +153,7 @@ def run_anchor(job: Path, workspace: Path, clients: list[str], timeout: float) -
         raise RuntimeError(f"{job.name}: {ended.reason or f'exit {ended.returncode}'}"
                            f"{'' if times else ', no round times in its log'}; see {log}")
     return {"wall_s": ended.wall_s, "round_s": statistics.median(times), "rounds_timed": len(times),
-            "log": str(log)}
+            "simulator_starts": ended.attempts, "log": str(log)}
 
 
 def measure(out: Path, feddg_yaml: Path, clients: list[str], rounds: int, timeout: float) -> dict[str, Any]:

@@ -114,10 +114,11 @@ def run_federated(job_dir: Path, workspace: Path, simulator_args: list[str], tim
         shutil.rmtree(workspace)
     workspace.parent.mkdir(parents=True, exist_ok=True)
     log = workspace.parent / f"{workspace.name}.log"
-    launched = time.time()
-    # the shared launcher: its own session, and on a timeout every process it started is stopped, site workers too
+    # the shared launcher: its own session, and on a timeout every process it started is stopped, site workers too;
+    # a run that lost NVFlare's port race is started once more, and the breakdown is the last start's
     ended = run_simulator(SimulatorRun(job_dir, workspace, log, simulator_args, env=env), timeout)
     exited = time.time()
+    launched = exited - ended.wall_s
     if ended.status != "ok" or ended.returncode != 0:
         try:
             partial = breakdown(workspace, launched, exited)
@@ -125,7 +126,8 @@ def run_federated(job_dir: Path, workspace: Path, simulator_args: list[str], tim
             partial = {}
         raise RuntimeError(f"the simulator run {ended.reason or f'failed (exit {ended.returncode})'}"
                            f"{_silent_sites(workspace)}; see {log}", partial)
-    return {"wall_s": ended.wall_s, "log": str(log), **breakdown(workspace, launched, exited)}
+    return {"wall_s": ended.wall_s, "log": str(log), "simulator_starts": ended.attempts,
+            **breakdown(workspace, launched, exited)}
 
 
 def _silent_sites(workspace: Path) -> str:
@@ -432,7 +434,9 @@ def main(argv: list[str] | None = None) -> int:
              + (f"; {' '.join(f'{k}={v}' for k, v in env.items())}" if env else "") + ". Seconds; the site "
              f"columns are the slowest site's (largest validation + training).", "",
              f"Whole simulator run: {federated['wall_s']:.1f} s. NVFlare task_request_interval "
-             f"{TASK_REQUEST_INTERVAL} s.", ""]
+             f"{TASK_REQUEST_INTERVAL} s."
+             + (" Its first start lost NVFlare's port race and was stopped; the times are its second start's."
+                if federated.get("simulator_starts", 1) > 1 else ""), ""]
     if "phases" in federated:
         lines += [phases_table(federated["phases"]), ""]
     lines += [("Rounds 0-3 and the last two:" if shown is not federated["rounds"] else "Every round:"), "",

@@ -143,6 +143,7 @@ with open(os.path.join(run, "seen.json"), "w") as f:
 if mode == "port-race" and not os.path.exists(os.path.join(run, "raced")):
     open(os.path.join(run, "raced"), "w").close()
     print("OSError: [Errno 98] Address already in use", flush=True)
+    time.sleep(600)  # as NVFlare's simulator does then: it waits for ever
     sys.exit(1)
 time.sleep(600 if mode == "hang" else 1.5)
 with open(os.path.join(server, "feddg_report.json"), "w") as f:
@@ -230,7 +231,10 @@ def test_a_stop_signal_stops_every_run_at_once_and_records_each_as_interrupted(t
 def test_a_run_that_lost_a_port_is_run_once_more_and_counts_its_attempts(tmp_path, fake_simulator):
     fake_simulator["mode"] = "port-race"
     lines: list[str] = []
+    begun = time.monotonic()
     records = sweep_module.sweep(tmp_path / "out", Protocol("fundus", TINY), ["fedavg"], ["Domain1"], [0],
                                  report=lines.append, executor=LocalExecutor(parallel=1, gpus=[], cores=2))
+    assert time.monotonic() - begun < 120, "stopped on the race's line, not at the run's time limit"
     assert records[0]["status"] == "ok" and records[0]["executor"]["attempts"] == 2
-    assert any("lost a port to another process (Address already in use); running it again" in line for line in lines)
+    assert any("lost a port to another process (Address already in use)" in line and
+               line.endswith("running it again") for line in lines)

@@ -14,11 +14,19 @@ Used by the sweep's local executor (several at once, :mod:`feddg.benchmark.execu
   sessions of their own included (:func:`feddg.process_tree.kill_tree`).
 
 :func:`run_simulator` runs one to its end, blocking, for callers with one run at a time.
+
+NVFlare 2.9's simulator picks a free port, frees it, and has a site's worker process bind it; another process on the
+host can take it in between. The worker then fails (:data:`PORT_RACE` in the log) and the simulator never ends: it
+talks to whatever listens on that port and waits for an answer (measured: NVFlare's trivial job with the port taken,
+the line 6 s into the run, and the run still waiting when stopped at 120 s). So :meth:`SimulatorRun.poll` stops a run
+as soon as its log shows the line, and such a run may be started once more (:meth:`SimulatorRun.may_start_again`):
+by :func:`run_simulator` itself, and by the local executor in its own loop. Any other failure is the run's own.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -34,10 +42,8 @@ SERVER_RUN = Path("server") / SIMULATOR_JOB  # the server's run folder in a simu
 POLL_S = 0.5  # how often a waiting caller looks at its runs (their end, rounds, a signal, their time)
 KILL_WAIT_S = 20.0  # how long a stopped run's processes may take to be gone
 STOP_GRACE_S = 1.0  # on a stop signal, how long a run may take to end by itself (one writing its last files)
-# NVFlare 2.9's simulator picks a free port, frees it, and has a child process bind it; another process on the host
-# can take it in between, and the simulator then waits for a child that never connects. A run that failed that way
-# may be run once more; any other failure is the run's own.
-PORT_RACE = "Address already in use"
+PORT_RACE = "Address already in use"  # a site worker's bind failed: the port race (the module docstring)
+MAX_ATTEMPTS = 2  # a run that lost the port race is started once more, no more
 
 
 def simulate_command(job: Path, workspace: Path, simulator_args: Sequence[str]) -> list[str]:
@@ -52,12 +58,14 @@ def with_gpu(simulator_args: Sequence[str], gpu: str | None) -> list[str]:
 
 @dataclass(frozen=True)
 class Ended:
-    """How a run ended: ``ok`` (by itself; its exit code says how), ``timeout`` or ``interrupted``."""
+    """How a run ended: ``ok`` (by itself; its exit code says how), ``timeout``, ``interrupted``, or ``failed``
+    (stopped on losing the port race); ``attempts``: the times it was started."""
 
     status: str
     reason: str
     returncode: int | None
     wall_s: float
+    attempts: int = 1
 
 
 class SimulatorRun:
@@ -84,6 +92,9 @@ class SimulatorRun:
         self.env = {**os.environ, CONCURRENT_RUNS_ENV: str(concurrent_runs), **(env or {})}
         self.proc: subprocess.Popen | None = None
         self.started = 0.0
+        self.attempts = 0  # the times it was started
+        self._scanned, self._lost_port = 0, False  # the log's bytes searched for PORT_RACE so far; whether found
+        self._own_workspace = False  # the workspace did not exist at the first start: this run made it
 
     @property
     def server_dir(self) -> Path:
@@ -94,6 +105,10 @@ class SimulatorRun:
         return time.perf_counter() - self.started if self.proc is not None else 0.0
 
     def start(self) -> SimulatorRun:
+        if self.attempts == 0:
+            self._own_workspace = not self.workspace.exists()
+        self.attempts += 1
+        self._scanned, self._lost_port = 0, False
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "w") as f:
             self.proc = subprocess.Popen(self.command, stdout=f, stderr=subprocess.STDOUT, env=self.env,
@@ -110,7 +125,10 @@ class SimulatorRun:
         was stopped (:meth:`stop`) for running past ``timeout``."""
         assert self.proc is not None, "start() first"
         if self.proc.poll() is not None:
-            return Ended("ok", "", self.proc.returncode, self.wall_s)
+            return Ended("ok", "", self.proc.returncode, self.wall_s, self.attempts)
+        if self.lost_a_port():
+            return self.stop("failed", f"the simulator lost a port to another process ({PORT_RACE}); stopped after "
+                                       f"{self.wall_s:.0f} s")
         if self.wall_s > timeout:
             return self.stop("timeout", f"stopped after {timeout:.0f} s")
         return None
@@ -122,7 +140,7 @@ class SimulatorRun:
             self.proc.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
             return None
-        return Ended("ok", "", self.proc.returncode, self.wall_s)
+        return Ended("ok", "", self.proc.returncode, self.wall_s, self.attempts)
 
     def stop(self, status: str, reason: str) -> Ended:
         """Kill it with every process it started and reap it; ``reason`` gets a note naming processes still there
@@ -137,11 +155,33 @@ class SimulatorRun:
         except subprocess.TimeoutExpired:
             left = [self.proc.pid, *left]
         stuck = f"; process(es) {left} still there {KILL_WAIT_S:.0f} s after SIGKILL" if left else ""
-        return Ended(status, reason + stuck, self.proc.returncode, wall)
+        return Ended(status, reason + stuck, self.proc.returncode, wall, self.attempts)
 
     def lost_a_port(self) -> bool:
-        """Whether its log shows the simulator's port race (:data:`PORT_RACE`)."""
-        return PORT_RACE in self.log.read_text(errors="replace") if self.log.exists() else False
+        """Whether its log shows the simulator's port race (:data:`PORT_RACE`) since it was last started. Reads only
+        what the log gained since the last call (a long run's log is large, and this is asked at every poll)."""
+        if not self._lost_port and self.log.exists():
+            with open(self.log, "rb") as f:
+                offset = max(0, self._scanned - len(PORT_RACE) + 1)  # the line may have come in two writes
+                f.seek(offset)
+                new = f.read()
+            self._scanned = offset + len(new)
+            self._lost_port = PORT_RACE.encode() in new
+        return self._lost_port
+
+    def may_start_again(self, ended: Ended) -> bool:
+        """Whether a run that ended so is started once more (:meth:`start_again`): it lost the port race (the
+        module docstring) and has not been started :data:`MAX_ATTEMPTS` times."""
+        failed = ended.status != "interrupted" and (ended.status != "ok" or ended.returncode != 0)
+        return failed and self.attempts < MAX_ATTEMPTS and self.lost_a_port()
+
+    def start_again(self) -> SimulatorRun:
+        """Start it once more after it ended: its workspace is removed first when this run made it (the callers hand
+        it a fresh one), its log truncated."""
+        assert self.proc is not None and self.proc.poll() is not None, "a run is started again after it ended"
+        if self._own_workspace:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+        return self.start()
 
 
 def run_simulator(run: SimulatorRun, timeout: float, label: str = "", rounds: int | None = None,
@@ -159,6 +199,11 @@ def run_simulator(run: SimulatorRun, timeout: float, label: str = "", rounds: in
                 ended = run.stop("interrupted", why)
                 break
             ended = run.poll(timeout)
+            if ended is not None and run.may_start_again(ended):
+                if report is not None:
+                    report(f"    {label}: {ended.reason}; starting it again")
+                run.start_again()
+                ended = None
             done = run.rounds_done()
             if report is not None and done != last:
                 report(f"    {label}: {done or 0}/{rounds} rounds after {run.wall_s:.0f} s")

@@ -75,7 +75,8 @@ class Outcome:
         log: the run's log, a local file.
         where: where it ran, recorded in ``run.json`` as ``executor``: ``{"executor": "local" | "ray" | "flare",
             ...}`` with e.g. ``"host"``, ``"node"`` or ``"sites"``, ``"gpu"``, and ``"attempts"`` (how many
-            times it was started: a port race or a lost node starts it again).
+            times it was started: NVFlare's port race starts a local run again, a lost node a Ray task; a Ray
+            run's starts on its node, after a port race there, are its ``"simulator_starts"``).
         scratch: a local folder the sweep removes once it has kept what it needs (a simulator workspace with its
             models, a downloaded job result); None when there is none.
     """

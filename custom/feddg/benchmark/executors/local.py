@@ -4,8 +4,9 @@ Each run is a :class:`~feddg.benchmark.launch.SimulatorRun` in a session of its 
 between the runs through the thread budget (:mod:`feddg.compute`): every run is told that N runs share the host,
 so each of its site processes counts every site process on the host. With several GPUs visible, run slot ``i``
 uses GPU ``i mod G`` (``-gpu``; every site of the run on it); with none, the runs use the CPU. Each run's ports
-are its own (the simulator takes free ports); a run that lost a port to another process
-(:data:`~feddg.benchmark.launch.PORT_RACE`) is started once more and its record counts the attempts.
+are its own (the simulator takes free ports); a run that lost a port to another process is stopped as soon as its
+log shows it and started once more (:meth:`~feddg.benchmark.launch.SimulatorRun.may_start_again`), and its record
+counts the attempts.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from feddg.benchmark.executors.base import INTERRUPTED, OK, Cell, CellExecutor, ExecutorError, OnDone, Outcome, Report
+from feddg.benchmark.executors.base import INTERRUPTED, Cell, CellExecutor, ExecutorError, OnDone, Outcome, Report
 from feddg.benchmark.launch import Ended, SimulatorRun
 from feddg.benchmark.signals import STOP_SIGNALS
 from feddg.compute import available_cores
@@ -66,7 +67,6 @@ class _Running:
     slot: int
     gpu: str | None
     sim: SimulatorRun
-    attempts: int = 1
     rounds: int | None = None
 
 
@@ -104,7 +104,7 @@ class LocalExecutor(CellExecutor):
         return f"{self.parallel} run(s) at once on {self.host} ({self.cores} cores{gpus})"
 
     def run_cells(self, cells: Sequence[Cell], on_done: OnDone, report: Report = print) -> None:
-        from feddg.benchmark import launch  # its POLL_S and PORT_RACE read at use (tests shorten the wait)
+        from feddg.benchmark import launch  # its POLL_S and STOP_GRACE_S read at use (tests shorten the wait)
 
         pending, running = deque(cells), {}  # slot -> _Running
         try:
@@ -129,10 +129,10 @@ class LocalExecutor(CellExecutor):
                         r.rounds = done
                     if ended is None:
                         continue
-                    if (ended.status != OK or ended.returncode != 0) and r.attempts == 1 and r.sim.lost_a_port():
-                        report(f"    {r.cell.run_id}: the simulator lost a port to another process "
-                               f"({launch.PORT_RACE}); running it again")
-                        running[slot] = self._start(r.cell, slot, attempts=2)
+                    if r.sim.may_start_again(ended):
+                        report(f"    {r.cell.run_id}: {ended.reason}; running it again")
+                        r.sim.start_again()
+                        r.rounds = None
                         continue
                     del running[slot]
                     on_done(r.cell, self._outcome(r, ended))
@@ -142,17 +142,17 @@ class LocalExecutor(CellExecutor):
             for r in running.values():
                 r.sim.stop(INTERRUPTED, "the sweep ended")
 
-    def _start(self, cell: Cell, slot: int, attempts: int = 1) -> _Running:
+    def _start(self, cell: Cell, slot: int) -> _Running:
         workspace = cell.folder / "ws"
         shutil.rmtree(workspace, ignore_errors=True)
         gpu = gpu_of_slot(slot, self.gpus, cell.simulator_args)
         sim = SimulatorRun(cell.job, workspace, cell.log, cell.simulator_args, gpu=gpu,
                            concurrent_runs=self.parallel, env={CPU_PIN_ENV: cell.cpu_pin}).start()
-        return _Running(cell, slot, gpu, sim, attempts)
+        return _Running(cell, slot, gpu, sim)
 
     def _outcome(self, r: _Running, ended: Ended) -> Outcome:
         where: dict[str, Any] = {"executor": self.name, "host": self.host, "cpu": cpu_model(),
                                  "avx512": "avx512f" in cpu_flags(), "parallel": self.parallel, "gpu": r.gpu,
-                                 "attempts": r.attempts}
+                                 "attempts": r.sim.attempts}
         return Outcome(ended.status, ended.reason, ended.returncode, ended.wall_s, r.sim.server_dir, r.cell.log,
                        where, scratch=r.sim.workspace)

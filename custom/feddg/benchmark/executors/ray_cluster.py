@@ -3,7 +3,8 @@
 What goes over the wire, per attempt of a cell:
 
 * to the worker: the job folder as a gzipped tar (bytes, a few hundred KiB), the simulator flags, the timeout;
-* back: the run's end (status, reason, exit code, seconds), where it ran (node id, host, GPU), the ``feddg`` code
+* back: the run's end (status, reason, exit code, seconds, the simulator's starts: a run that lost NVFlare's port
+  race on the node is started once more there, :func:`~feddg.benchmark.launch.run_simulator`), where it ran (node id, host, GPU), the ``feddg`` code
   fingerprint of the node, its log, every file of the server's run folder up to :data:`MAX_FILE_BYTES` (the report
   and the other files the sweep keeps) and the final global model
   (:func:`~feddg.benchmark.executors.base.final_model`, from its app folder); the best model and the sites' files
@@ -117,7 +118,7 @@ def run_cell_on_worker(job_tar: bytes, job_name: str, simulator_args: Sequence[s
         if model is not None:
             files.append(model.relative_to(server).as_posix())
         return {"status": ended.status, "reason": ended.reason, "returncode": ended.returncode,
-                "wall_s": ended.wall_s, "node": {"node_id": node_id, "host": socket.gethostname(), "cpu": cpu_model(),
+                "wall_s": ended.wall_s, "simulator_starts": ended.attempts, "node": {"node_id": node_id, "host": socket.gethostname(), "cpu": cpu_model(),
                                                  "avx512": "avx512f" in cpu_flags(),
                                                  "ip": ray.util.get_node_ip_address(), "gpus": gpus},
                 "code": code_fingerprint(), "log": run.log.read_bytes() if run.log.exists() else b"",
@@ -287,7 +288,8 @@ class RayExecutor(CellExecutor):
                                      f"{self.max_retries}): {task.lost[-1]['error']}", None,
                            time.perf_counter() - task.submitted, None, cell.log, where)
         where.update(node=result["node"]["host"], node_ip=result["node"]["ip"], node_id=result["node"]["node_id"],
-                     cpu=result["node"].get("cpu"), gpu=",".join(result["node"]["gpus"]) or None)
+                     cpu=result["node"].get("cpu"), gpu=",".join(result["node"]["gpus"]) or None,
+                     simulator_starts=result.get("simulator_starts", 1))
         cell.log.write_bytes(result["log"])
         server = cell.folder / "server_files"
         if result["server_files"]:
