@@ -1,8 +1,8 @@
-"""NVFlare 2.9's simulator with one race closed: ``python -m feddg.flare.simulator JOB -w WORKSPACE [flags]`` takes
+"""NVFlare 2.9's simulator with two races closed: ``python -m feddg.flare.simulator JOB -w WORKSPACE [flags]`` takes
 the flags of ``nvflare simulator`` and runs NVFlare's own runner (``nvflare.private.fed.app.simulator``); what it
-changes is the name each site's worker process is given.
+changes is the name each site's worker process is given, and the ports it picks.
 
-The race (NVFlare 2.9.0, ``SimulatorClientRunner.do_one_task``): each of the simulator's ``-t`` threads starts a
+The name race (NVFlare 2.9.0, ``SimulatorClientRunner.do_one_task``): each of the simulator's ``-t`` threads starts a
 site's worker process, waits for it to listen, then writes the site's name into the one ``build_ctx`` dict that all
 the threads share, and sends that dict to its worker, which names its connection to the server after it. The threads
 start together and poll their workers on the same one-second beat, so a second thread can write its name between
@@ -15,18 +15,35 @@ for 10 minutes after its last evaluation, a 4-site FedAvg job ended with 2 of it
 recipe stalled the same way.
 
 The fix: the runner's ``build_ctx`` keeps ``client_name`` per thread and is sent (pickled) as a plain dict holding
-the sending thread's name, so every worker gets the name its own thread wrote. Nothing else changes: the same runner,
-flags, processes and messages. ``feddg simulate``, the recipes' ``--env sim`` and the benchmark's NVFlare anchors run
-the simulator through this module.
+the sending thread's name, so every worker gets the name its own thread wrote.
+
+The port race (``do_one_task`` and the simulator's deployer, ``get_open_ports``): a port is picked by binding port
+0, freed, and bound again later by a site's worker (or the server). The kernel hands the same range of ports to
+every outgoing connection and every other bind to port 0 on the host, and a run makes many of both, so one can take
+the port in between: the worker fails with ``Address already in use`` and the simulator, connected to whatever now
+listens there, waits for ever (forced on NVFlare's trivial job: the line 6 s in, the run still waiting when stopped at
+120 s). A CI run (2026-11-29) hung 600 s in that trivial job; its log was not kept, and this is the cause found that
+gives that hang.
+The fix: the simulator's ports are drawn at random from those outside the kernel's ephemeral range
+(:func:`open_ports`), which nothing takes without asking for that port by its number. The launcher still stops and
+starts again a run that lost a port (:mod:`feddg.benchmark.launch`), for a host where no such port is free.
+
+Nothing else changes: the same runner, flags, processes and messages. ``feddg simulate``, the recipes' ``--env sim``
+and the benchmark's NVFlare anchors run the simulator through this module.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
+import socket
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
+from nvflare.fuel.utils import network_utils
+from nvflare.private.fed.app.deployer import simulator_deployer
 from nvflare.private.fed.app.simulator import simulator_runner
 
 CLIENT_NAME = "client_name"  # the key of build_ctx that do_one_task writes before sending it to a site's worker
@@ -34,6 +51,44 @@ CLIENT_NAME = "client_name"  # the key of build_ctx that do_one_task writes befo
 # install() replaced it in NVFlare's module.
 NVFLARE_CLIENT_RUNNER = getattr(simulator_runner.SimulatorClientRunner, "nvflare_runner",
                                 simulator_runner.SimulatorClientRunner)
+
+
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")  # Linux: the ports the kernel picks by itself
+PORT_FLOOR = 20000  # below: the ports services are configured on (NVFlare's POC 8002-8003, Ray's workers 10002-19999)
+PORT_TRIES = 200  # ports tried before falling back to NVFlare's own picker
+
+
+def ephemeral_range() -> tuple[int, int] | None:
+    """The kernel's ephemeral port range ``(low, high)``, or None where it cannot be read (not Linux)."""
+    try:
+        low, high = (int(v) for v in EPHEMERAL_RANGE.read_text().split())
+    except (OSError, ValueError):
+        return None
+    return low, high
+
+
+def open_ports(number: int, ephemeral: tuple[int, int] | None = None, floor: int = PORT_FLOOR,
+               ceiling: int = 65535) -> list[int]:
+    """``number`` distinct ports in ``[floor, ceiling]`` outside the ephemeral range (default: the kernel's), each free
+    now (bound and released, as NVFlare's ``get_open_ports`` checks), in random order so that simulator runs at once
+    do not walk the same ports. NVFlare's own picker where the range is unknown or no such port is free."""
+    span = ephemeral if ephemeral is not None else ephemeral_range()
+    if span is None:
+        return network_utils.get_open_ports(number)
+    candidates = [p for p in range(floor, ceiling + 1) if not span[0] <= p <= span[1]]
+    rng = random.SystemRandom()
+    rng.shuffle(candidates)
+    ports: list[int] = []
+    for port in candidates[:PORT_TRIES]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == number:
+            return ports
+    return network_utils.get_open_ports(number)
 
 
 class ThreadOwnClientName(dict):
@@ -82,9 +137,12 @@ class SimulatorClientRunner(NVFLARE_CLIENT_RUNNER):
 
 
 def install() -> None:
-    """Make NVFlare's simulator build :class:`SimulatorClientRunner` in this process and in those it starts
-    (``simulator_run_main`` looks the class up in its module when it runs). Idempotent."""
+    """Make NVFlare's simulator build :class:`SimulatorClientRunner` and pick its ports with :func:`open_ports` in
+    this process and in those it starts (``simulator_run_main`` looks the class up in its module when it runs; the
+    runner and the deployer call ``get_open_ports`` from their modules). Idempotent."""
     simulator_runner.SimulatorClientRunner = SimulatorClientRunner
+    simulator_runner.get_open_ports = open_ports
+    simulator_deployer.get_open_ports = open_ports
 
 
 # At import, not only in main(): where NVFlare starts its simulator process by spawning (macOS), that process imports
