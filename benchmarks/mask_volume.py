@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from feddg.benchmark.executors.base import final_model
+from feddg.benchmark.stats import MIN_SEEDS
 from feddg.jsonfile import read_json_object
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -195,7 +196,7 @@ def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], 
              "the model; "
              "|Dice - recorded|: the largest per-case difference to the run's own record (0: the same model and "
              f"numerics). Ratio - {control}: paired by seed, the seed as the unit (95% crossed bootstrap interval "
-             "and paired t-test from 3 seeds).", "",
+             f"and paired t-test where {MIN_SEEDS} or more seeds are paired).", "",
              f"Runs: {len(rows)}, {here} scored on this machine and {len(rows) - here} kept from this file's earlier "
              "measurement (their models were on the machine that made them; their records unchanged since); "
              f"finished runs whose model is not on this machine and never scored (left out): {len(missing)}.",
