@@ -76,10 +76,8 @@ def open_ports(number: int, ephemeral: tuple[int, int] | None = None, floor: int
     if span is None:
         return network_utils.get_open_ports(number)
     candidates = [p for p in range(floor, ceiling + 1) if not span[0] <= p <= span[1]]
-    rng = random.SystemRandom()
-    rng.shuffle(candidates)
     ports: list[int] = []
-    for port in candidates[:PORT_TRIES]:
+    for port in random.SystemRandom().sample(candidates, min(PORT_TRIES, len(candidates))):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("", port))
