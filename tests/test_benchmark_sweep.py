@@ -228,6 +228,24 @@ def test_a_pinned_sweep_on_an_avx512_cpu_does_not_join_the_seeds_of_a_cpu_withou
            "avx2-pinned runs, and a pair's two runs must come from one family" in lines, lines
 
 
+def test_a_sweep_left_nothing_by_the_seeds_families_names_the_first_seed_no_family_holds(tmp_path, monkeypatch):
+    """On a machine whose family holds none of the seeds asked for, the sweep runs nothing and says which seed it
+    can make instead (seeds 0 and 1 held by two families, 3 by the second: the first free one is 2)."""
+    from feddg.benchmark import sweep as sweep_module
+
+    out, lines, ran = tmp_path / "held", [], []
+    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="AMD EPYC 7B13", avx512=False)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
+    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="Intel(R) Xeon(R) Processor", avx512=True)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [1, 3], report=lambda _: None)
+    _fake_executor(monkeypatch, sweep_module, "old-code", ran=ran, cpu="AMD EPYC", avx512=True)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain2"], [0, 1], report=lines.append)
+    assert ran == []
+    assert "2 cell(s) left for a machine of their seed's CPU family (seed(s) 0 on AMD avx2; seed(s) 1 on Intel " \
+           "native-avx512): this sweep makes AMD native-avx512 runs, and a pair's two runs must come from one " \
+           "family; a seed no family holds yet can be made here (the first: 2)" in lines, lines
+
+
 def test_each_seed_stays_on_one_cpu_family_and_the_reproduce_check_re_runs_a_run_of_this_family(
         tmp_path, monkeypatch):
     """A run repeats only on its CPU family (maker and kernels; an Intel Xeon re-running AMD EPYC runs of the same

@@ -261,7 +261,8 @@ def this_family(executor: CellExecutor, cpu_pin: str) -> str:
 def _ours(todo: list[Run], records: dict[str, dict], family: str, report: Callable[[str], None]) -> list[Run]:
     """The runs of ``todo`` this sweep may make: all, unless it knows its ``family`` and a seed's finished runs come
     from another (:func:`~feddg.benchmark.record.seed_families`); those cells are left, with a line naming them and
-    the family that can run them."""
+    the family that can run them, and, when that leaves this sweep nothing, the first seed no family holds yet (one
+    this machine can make: each seed is a draw of its own, so its family is whichever makes its first run)."""
     owners = seed_families(records.values())
     left = [r for r in todo if family != "unknown" and owners.get(r.seed, family) != family]
     if left:
@@ -269,9 +270,13 @@ def _ours(todo: list[Run], records: dict[str, dict], family: str, report: Callab
         for seed in sorted({r.seed for r in left}):
             by_family.setdefault(owners[seed], []).append(seed)
         held = "; ".join(f"seed(s) {', '.join(map(str, seeds))} on {f}" for f, seeds in by_family.items())
+        ours = [r for r in todo if r not in left]
+        free = next(seed for seed in range(len(owners) + 1) if seed not in owners)
         report(f"{len(left)} cell(s) left for a machine of their seed's CPU family ({held}): this sweep makes "
-               f"{family} runs, and a pair's two runs must come from one family")
-    return [r for r in todo if r not in left]
+               f"{family} runs, and a pair's two runs must come from one family"
+               + ("" if ours else f"; a seed no family holds yet can be made here (the first: {free})"))
+        return ours
+    return todo
 
 
 @contextmanager
