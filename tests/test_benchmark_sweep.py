@@ -568,7 +568,8 @@ def test_write_results_reports_machine_time_the_code_of_the_runs_and_the_paper_s
     for i, record in enumerate(_design({"ga": 0.1})):
         record["code"] = "abc123"
         if i % 3:  # runs made on two CPU models, one in three from before runs recorded theirs
-            record["executor"] = {"executor": "local", "cpu": "CPU A" if i % 3 == 1 else "CPU B"}
+            record["executor"] = {"executor": "local", "cpu": "AMD EPYC 7B13" if i % 3 == 1 else "CPU B",
+                                  "avx512": i % 3 == 2}
         folder = tmp_path / "runs" / record["run_id"]
         folder.mkdir(parents=True)
         (folder / "run.json").write_text(json.dumps(record))
@@ -576,12 +577,18 @@ def test_write_results_reports_machine_time_the_code_of_the_runs_and_the_paper_s
     write_results(tmp_path, ["fedavg", "uniform", "ga"], ["BMC", "HK"], n_resamples=200)
     text = (tmp_path / "results.md").read_text()
     # 18 runs of 60 s, one at a time (nothing recorded says otherwise): 0.3 hours, 60 runs per hour
-    assert ("code abc123 (18 runs); CPU CPU A (6 runs), CPU B (6 runs), not recorded (6 runs)); 0.3 hours of wall "
-            "time (runs at once counted once; 0.3 run-hours), 60.0 runs per hour") in text
+    # the numbers family is the maker (the model where no maker is known) and the kernels; six runs recorded no CPU
+    assert ("code abc123 (18 runs); CPU AMD EPYC 7B13 (6 runs), CPU B (6 runs), not recorded (6 runs); numbers family "
+            "AMD avx2 (6 runs; seeds 0, 1, 2), CPU B native-avx512 (6 runs; seeds 0, 1, 2), unknown (6 runs; seeds 0, 1, "
+            "2)); 0.3 hours of wall time (runs at "
+            "once counted once; 0.3 run-hours), 60.0 runs per hour") in text, text[:600]
     assert "cannot be compared with the papers' numbers" in text
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["machine_time"]["runs_by_executor"] == {"local": 12, "unrecorded": 6}, "before executors were kept"
-    assert saved["runs_by_cpu"] == {"CPU A": 6, "CPU B": 6, "not recorded": 6}
+    assert saved["runs_by_cpu"] == {"AMD EPYC 7B13": 6, "CPU B": 6, "not recorded": 6}
+    assert saved["runs_by_family"] == {"AMD avx2": {"runs": 6, "seeds": [0, 1, 2]},
+                                       "CPU B native-avx512": {"runs": 6, "seeds": [0, 1, 2]},
+                                       "unknown": {"runs": 6, "seeds": [0, 1, 2]}}
     assert saved["machine_time"]["runs"] == 18 and set(saved["comparisons"]) == {"fedavg", "uniform"}
     assert saved["comparisons"]["fedavg"]["ga"]["verdict"].startswith("**ga** vs fedavg")
     assert saved["paper_size"]["design_runs"] == 240 and saved["paper_size"]["hours"] is None

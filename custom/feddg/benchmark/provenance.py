@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from feddg.benchmark.record import Design, finished, run_cpu
+from feddg.benchmark.record import Design, finished, run_cpu, run_family
 
 
 def plural(n: int, word: str) -> str:
@@ -49,6 +49,26 @@ def runs_by_cpu(records: Sequence[dict[str, Any]]) -> dict[str, int]:
 def cpus_of_runs(records: Sequence[dict[str, Any]]) -> str:
     """:func:`runs_by_cpu` as a phrase: ``AMD EPYC (3 runs), not recorded (31 runs)``."""
     return ", ".join(f"{v} ({plural(n, 'run')})" for v, n in runs_by_cpu(records).items())
+
+
+def runs_by_family(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Numbers family -> ``{"runs": n, "seeds": [...]}`` for the finished runs (:func:`~feddg.benchmark.record.run_family`:
+    what a run repeats bit for bit on, which the CPU model alone does not say). A pair's two runs come from one
+    family, so the reader sees which seeds came from which machines."""
+    seeds: dict[str, set[int]] = defaultdict(set)
+    counts: Counter = Counter()
+    for r in finished(records):
+        family = run_family(r)
+        counts[family] += 1
+        seeds[family].add(int(r["run"]["seed"]))
+    return {f: {"runs": counts[f], "seeds": sorted(seeds[f])} for f in sorted(counts)}
+
+
+def families_of_runs(records: Sequence[dict[str, Any]]) -> str:
+    """:func:`runs_by_family` as a phrase: ``AMD avx2 (31 runs; seeds 0, 1, 2), Intel native-avx512 (35 runs;
+    seeds 3, 4)``."""
+    return ", ".join(f"{f} ({plural(v['runs'], 'run')}; seed{'' if len(v['seeds']) == 1 else 's'} "
+                     f"{', '.join(map(str, v['seeds']))})" for f, v in runs_by_family(records).items())
 
 
 def software_of_runs(records: Sequence[dict[str, Any]], dist: str = "feddg-flare") -> str:

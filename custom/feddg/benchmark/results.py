@@ -14,8 +14,8 @@ from typing import Any
 
 from feddg.benchmark.cost import PAPER_ROUND_TIME, cost_line, paper_size_cost
 from feddg.benchmark.plots import plots
-from feddg.benchmark.provenance import (code_of_runs, cpus_of_runs, machine_time, mixed_code_cells, of_design,
-                                        runs_by_cpu, software_of_runs, time_spent)
+from feddg.benchmark.provenance import (code_of_runs, cpus_of_runs, families_of_runs, machine_time, mixed_code_cells,
+                                        of_design, runs_by_cpu, runs_by_family, software_of_runs, time_spent)
 from feddg.benchmark.record import RUN_FILE, SWEEP_FILE, designed, finished
 from feddg.benchmark.scores import load_records, pooled_seed_sd, seed_spread, tidy_rows, write_csv
 from feddg.benchmark.tables import BASELINES, comparisons, markdown, verdict
@@ -83,7 +83,8 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
               f"Protocol (every run): `{json.dumps(protocol.get('overrides', {}), sort_keys=True)}`; "
               f"{len(finished(records))} of {len(records)} recorded runs finished"
               f"{of_design(design, records)} "
-              f"({software_of_runs(records)}; code {code_of_runs(records)}; CPU {cpus_of_runs(records)}); "
+              f"({software_of_runs(records)}; code {code_of_runs(records)}; CPU {cpus_of_runs(records)}; numbers "
+              f"family {families_of_runs(records)}); "
               f"{time_spent(spent)}; scores of the "
               f"held-out site's test cases, "
               f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
@@ -104,9 +105,10 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
     # what says which run it was and how it ended (second copies made it 3 MB for 28 runs, then 2 MB for 144).
     runs = [{**{k: r[k] for k in RUN_SUMMARY if k in r}, "record": f"runs/{r['run_id']}/{RUN_FILE}"} for r in records]
     # "tables_written_on": the machine that wrote this file, not the runs; "runs_by_cpu": the CPU models that made
-    # the runs (each run's own in its run.json)
+    # the runs (each run's own in its run.json); "runs_by_family": what they repeat on, with the seeds each made
     write_json(out / "results.json", {"protocol": protocol, "tables_written_on": machine_info(),
-                                      "runs_by_cpu": runs_by_cpu(records), "versions": software_versions(),
+                                      "runs_by_cpu": runs_by_cpu(records), "runs_by_family": runs_by_family(records),
+                                      "versions": software_versions(),
                                       "machine_time": spent, "paper_size": paper_size,
                                       "pooled_seed_sd": pooled_seed_sd(spread),
                                       "comparisons": serial, "runs": runs}, indent=1, finite=True)
