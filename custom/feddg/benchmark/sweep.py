@@ -271,10 +271,10 @@ def _ours(todo: list[Run], records: dict[str, dict], family: str, report: Callab
             by_family.setdefault(owners[seed], []).append(seed)
         held = "; ".join(f"seed(s) {', '.join(map(str, seeds))} on {f}" for f, seeds in by_family.items())
         ours = [r for r in todo if r not in left]
-        free = next(seed for seed in range(len(owners) + 1) if seed not in owners)
+        free = "" if ours else (f"; a seed no family holds yet can be made here (the first: "
+                                f"{next(seed for seed in range(len(owners) + 1) if seed not in owners)})")
         report(f"{len(left)} cell(s) left for a machine of their seed's CPU family ({held}): this sweep makes "
-               f"{family} runs, and a pair's two runs must come from one family"
-               + ("" if ours else f"; a seed no family holds yet can be made here (the first: {free})"))
+               f"{family} runs, and a pair's two runs must come from one family{free}")
         return ours
     return todo
 
