@@ -579,9 +579,9 @@ def test_write_results_reports_machine_time_the_code_of_the_runs_and_the_paper_s
     # 18 runs of 60 s, one at a time (nothing recorded says otherwise): 0.3 hours, 60 runs per hour
     # the numbers family is the maker (the model where no maker is known) and the kernels; six runs recorded no CPU
     assert ("code abc123 (18 runs); CPU AMD EPYC 7B13 (6 runs), CPU B (6 runs), not recorded (6 runs); numbers family "
-            "AMD avx2 (6 runs; seeds 0, 1, 2), CPU B native-avx512 (6 runs; seeds 0, 1, 2), unknown (6 runs; seeds 0, 1, "
-            "2)); 0.3 hours of wall time (runs at "
-            "once counted once; 0.3 run-hours), 60.0 runs per hour") in text, text[:600]
+            "AMD avx2 (6 runs; seeds 0, 1, 2), CPU B native-avx512 (6 runs; seeds 0, 1, 2), unknown (6 runs; seeds "
+            "0, 1, 2)); 0.3 hours of wall time (runs at once counted once; 0.3 run-hours), 60.0 runs per hour") in text, \
+        text[:600]
     assert "cannot be compared with the papers' numbers" in text
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["machine_time"]["runs_by_executor"] == {"local": 12, "unrecorded": 6}, "before executors were kept"

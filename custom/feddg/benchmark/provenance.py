@@ -55,13 +55,10 @@ def runs_by_family(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any
     """Numbers family -> ``{"runs": n, "seeds": [...]}`` for the finished runs (:func:`~feddg.benchmark.record.run_family`:
     what a run repeats bit for bit on, which the CPU model alone does not say). A pair's two runs come from one
     family, so the reader sees which seeds came from which machines."""
-    seeds: dict[str, set[int]] = defaultdict(set)
-    counts: Counter = Counter()
+    seeds: dict[str, list[int]] = defaultdict(list)  # family -> the seed of each of its runs
     for r in finished(records):
-        family = run_family(r)
-        counts[family] += 1
-        seeds[family].add(int(r["run"]["seed"]))
-    return {f: {"runs": counts[f], "seeds": sorted(seeds[f])} for f in sorted(counts)}
+        seeds[run_family(r)].append(int(r["run"]["seed"]))
+    return {f: {"runs": len(s), "seeds": sorted(set(s))} for f, s in sorted(seeds.items())}
 
 
 def families_of_runs(records: Sequence[dict[str, Any]]) -> str:
