@@ -28,6 +28,18 @@ The fix: the simulator's ports are drawn at random from those outside the kernel
 (:func:`open_ports`), which nothing takes without asking for that port by its number. The launcher still stops and
 starts again a run that lost a port (:mod:`feddg.benchmark.launch`), for a host where no such port is free.
 
+The crossing of two simulators (two runs at once on one host, as ``feddg benchmark --parallel 2`` runs them): each
+draws its workers' ports from that same range, so two threads of two runs can draw one port. The worker that binds
+it first takes the first thread's connection and closes its listener; the other worker, started a moment later,
+then binds the freed port and takes the other thread's. Each run's worker is then named after a site of the other
+run, and bound to its own run's server: each server sees two workers under one name (its log's "evicted ... for
+exceeding limit 1") and none under the other. Seen on 2026-11-29: ``prostate_ga_BIDMC_seed5`` and
+``prostate_ga_BMC_seed5`` started together; BIDMC's worker of the one and UCL's of the other swapped names, the first
+run failed with too few results 55 s in, and the second would have waited for its task timeout. The fix: each draw
+is claimed for :data:`PORT_HOLD_S` seconds in a file every simulator of the host reads (:data:`PORT_CLAIMS`, under
+an exclusive ``flock``), and no other draw takes a claimed port; where the file cannot be opened (another user's,
+no ``fcntl``), a draw goes on without it.
+
 Nothing else changes: the same runner, flags, processes and messages. ``feddg simulate``, the recipes' ``--env sim``
 and the benchmark's NVFlare anchors run the simulator through this module.
 """
@@ -35,12 +47,22 @@ and the benchmark's NVFlare anchors run the simulator through this module.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import socket
 import sys
+import tempfile
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: draws are not claimed (the module docstring)
+    fcntl = None  # type: ignore[assignment]
 
 from nvflare.fuel.utils import network_utils
 from nvflare.private.fed.app.deployer import simulator_deployer
@@ -56,6 +78,11 @@ NVFLARE_CLIENT_RUNNER = getattr(simulator_runner.SimulatorClientRunner, "nvflare
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")  # Linux: the ports the kernel picks by itself
 PORT_FLOOR = 20000  # below: the ports services are configured on (NVFlare's POC 8002-8003, Ray's workers 10002-19999)
 PORT_TRIES = 200  # ports tried before falling back to NVFlare's own picker
+# The host's claims on simulator ports: one "port expiry pid" line per draw still held (the module docstring).
+PORT_CLAIMS = Path(tempfile.gettempdir()) / "feddg-simulator-ports"
+# How long a drawn port stays claimed: from the draw to the worker's bind, which waits for the worker's interpreter
+# to start (40-50 s measured with 12 site processes on 2 cores) and is bounded by NVFlare's 60 s connection timeout.
+PORT_HOLD_S = 300.0
 
 
 def ephemeral_range() -> tuple[int, int] | None:
@@ -67,25 +94,65 @@ def ephemeral_range() -> tuple[int, int] | None:
     return low, high
 
 
+@contextmanager
+def claimed_ports(claims: Path | None = PORT_CLAIMS, hold_s: float = PORT_HOLD_S) -> Iterator[set[int]]:
+    """The ports claimed on this host and not yet expired, read from ``claims`` under an exclusive lock that is held
+    until the block ends; ports the block adds to the set are written back, each claimed for ``hold_s`` seconds
+    from now. Expired claims and unreadable lines are dropped. An empty set, kept nowhere, where ``claims`` is None
+    or cannot be opened, or the platform has no ``fcntl``."""
+    handle = None
+    if claims is not None and fcntl is not None:
+        try:
+            handle = os.fdopen(os.open(claims, os.O_RDWR | os.O_CREAT, 0o666), "r+")
+        except OSError:
+            handle = None
+    if handle is None:
+        yield set()
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file is closed
+        now = time.time()
+        held: dict[int, str] = {}
+        for line in handle.read().splitlines():
+            fields = line.split()
+            try:
+                if float(fields[1]) > now:
+                    held[int(fields[0])] = line
+            except (IndexError, ValueError):
+                continue
+        ports = set(held)
+        yield ports
+        for port in ports - set(held):
+            held[port] = f"{port} {now + hold_s:.0f} {os.getpid()}"
+        handle.seek(0)
+        handle.truncate()
+        handle.write("".join(f"{held[port]}\n" for port in sorted(held)))
+
+
 def open_ports(number: int, ephemeral: tuple[int, int] | None = None, floor: int = PORT_FLOOR,
-               ceiling: int = 65535) -> list[int]:
+               ceiling: int = 65535, claims: Path | None = PORT_CLAIMS, hold_s: float = PORT_HOLD_S) -> list[int]:
     """``number`` distinct ports in ``[floor, ceiling]`` outside the ephemeral range (default: the kernel's), each free
-    now (bound and released, as NVFlare's ``get_open_ports`` checks), in random order so that simulator runs at once
-    do not walk the same ports. NVFlare's own picker where the range is unknown or no such port is free."""
+    now (bound and released, as NVFlare's ``get_open_ports`` checks) and claimed by no other draw on this host
+    (:func:`claimed_ports`; the draw claims them), in random order. NVFlare's own picker where the range is unknown
+    or no such port is free."""
     span = ephemeral if ephemeral is not None else ephemeral_range()
     if span is None:
         return network_utils.get_open_ports(number)
     candidates = [p for p in range(floor, ceiling + 1) if not span[0] <= p <= span[1]]
-    ports: list[int] = []
-    for port in random.SystemRandom().sample(candidates, min(PORT_TRIES, len(candidates))):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("", port))
-            except OSError:
+    with claimed_ports(claims, hold_s) as claimed:
+        ports: list[int] = []
+        for port in random.SystemRandom().sample(candidates, min(PORT_TRIES, len(candidates))):
+            if port in claimed:
                 continue
-        ports.append(port)
-        if len(ports) == number:
-            return ports
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("", port))
+                except OSError:
+                    continue
+            ports.append(port)
+            if len(ports) == number:
+                claimed.update(ports)
+                return ports
     return network_utils.get_open_ports(number)
 
 
