@@ -66,6 +66,36 @@ def test_the_tables_are_rewritten_after_every_run_and_finished_runs_are_not_redo
     assert ran == ["fundus_fedavg_Domain1_seed0", "fundus_fedprox_Domain1_seed0"] and tables == [1, 2]
 
 
+def test_a_fault_in_writing_the_tables_is_reported_and_the_runs_go_on(tmp_path, monkeypatch):
+    """The tables are derived from the records: an error there (once, a results-writer bug with two runs going on
+    at once, ended the sweep and took the other run's folder with it) must not stop the runs."""
+    from feddg.benchmark import sweep as sweep_module
+
+    from tests.fake_executor import FakeExecutor
+
+    ran, lines = [], []
+    monkeypatch.setattr(sweep_module, "LocalExecutor", lambda: FakeExecutor(ran))
+
+    def tables() -> None:
+        raise ValueError("no seed was run at every site")
+
+    records = sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg", "fedprox"], ["Domain1"], [0],
+                                 report=lines.append, after_run=tables)
+    assert ran == ["fundus_fedavg_Domain1_seed0", "fundus_fedprox_Domain1_seed0"]
+    assert [r["status"] for r in records] == ["ok", "ok"]
+    assert all((tmp_path / "runs" / run_id / "run.json").exists() for run_id in ran)
+    faults = [line for line in lines if line.startswith("the tables were not rewritten")]
+    assert faults == [f"the tables were not rewritten after {run_id}: ValueError: no seed was run at every site "
+                      "(the runs go on; the records are kept)" for run_id in ran]
+
+    def interrupted() -> None:  # a stop signal is not a fault of the tables: it still ends the sweep
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweep_module.sweep(tmp_path, Protocol("fundus"), ["fedavg", "fedprox"], ["Domain1"], [1],
+                           report=lambda _: None, after_run=interrupted)
+
+
 def _record(method: str, site: str, seed: int, dice: dict[str, float]) -> dict:
     from feddg.experiment import TASK_DEFAULTS
 
@@ -500,6 +530,36 @@ def test_a_method_run_at_some_held_out_sites_only_has_no_average():
         f"{bmc.p.format()} (not Holm-adjusted).")
     assert bmc.mean == pytest.approx(0.05, abs=0.005) and bmc.p.kind == "t"
     assert bmc.flip_p.value == pytest.approx(0.25)  # 3 seeds, all > 0: 2/8
+
+
+def test_a_method_run_at_every_site_with_no_seed_common_to_all_has_no_average(tmp_path):
+    """GA's prostate set once held RUNMC at seed 4 only and UCL at seed 5 only: every site compared, no seed run at
+    all of them. Each site keeps its column, the average is left out of the test and of the Holm family, and the
+    results are written."""
+    from feddg.benchmark.record import RUN_FILE
+    from feddg.benchmark.results import write_results
+    from feddg.benchmark.tables import comparisons, verdict
+
+    records = [r for r in _design({"ga": 0.05, "fedprox": 0.02}) if not (
+        r["run"]["method"] == "ga" and (r["run"]["held_out"], r["run"]["seed"]) not in
+        {("BMC", 0), ("BMC", 1), ("HK", 2)})]
+    stats = comparisons(records, "fedavg", ["BMC", "HK"], n_resamples=500)
+    ga = stats["methods"]["ga"]
+    assert "average" not in ga and "holm_p" not in ga and sorted(ga["sites"]) == ["BMC", "HK"]
+    assert "average" in stats["methods"]["fedprox"] and stats["family"] == 2  # fedprox and uniform only
+    bmc, hk = ga["sites"]["BMC"], ga["sites"]["HK"]
+    assert verdict("ga", ga, "fedavg", 2) == (
+        f"**ga** vs fedavg: compared at every one of the 2 held-out sites, but no seed was run at all of them, so no "
+        f"average: BMC {bmc.format()}; HK {hk.format()}.")
+    for record in records:
+        folder = tmp_path / "runs" / record["run_id"]
+        folder.mkdir(parents=True)
+        (folder / RUN_FILE).write_text(json.dumps(record))
+    write_results(tmp_path, ["fedavg", "uniform", "fedprox", "ga"], ["BMC", "HK"], n_resamples=200)
+    text = (tmp_path / "results.md").read_text()
+    assert "compared at every one of the 2 held-out sites, but no seed was run at all of them" in text
+    ga_row = next(line for line in text.splitlines() if line.startswith("| ga | "))
+    assert ga_row.endswith("| - |")  # the Dice table's average cell: no seed in common
 
 
 def test_the_average_column_keeps_to_the_seeds_run_at_every_site_and_names_them():

@@ -205,7 +205,7 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
     and the folder's record checked (its protocol, each run's config: :mod:`feddg.benchmark.record`; with
     ``move_aside`` a run of another protocol is moved to ``OUT/aside/``); then the plan and its estimated machine
     time are printed. ``after_run`` is called after each run (the CLI rewrites the tables then, so an interrupted
-    sweep leaves tables of what it finished). ``executor`` runs the cells (:mod:`feddg.benchmark.executors`; by
+    sweep leaves tables of what it finished; an error there is reported and the runs go on). ``executor`` runs the cells (:mod:`feddg.benchmark.executors`; by
     default one local simulator run at a time); it checks them before any run, the reproduce check's included. A
     stop signal ends it with :class:`Interrupted`; the folder's lock is released on every way out. ``cpu_pin``: the
     runs' CPU numerics (:mod:`feddg.numerics`). A run repeats only on its numbers family (the CPU's maker and
@@ -325,7 +325,7 @@ def _report_plan(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict],
 def _run_all(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], cells: Sequence[Cell],
              executor: CellExecutor, report: Callable[[str], None], after_run: Callable[[], None] | None) -> None:
     """Run ``cells`` with ``executor``, adding each record to ``done`` as it ends and calling ``after_run`` after
-    each (signals wait for its end); the time left is estimated from this sweep's pace, which counts the runs that
+    each (signals wait for its end; an error it raises is reported and the sweep goes on); the time left is estimated from this sweep's pace, which counts the runs that
     go on at once."""
     if not cells:
         return
@@ -340,7 +340,13 @@ def _run_all(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], cel
         pace = (time.perf_counter() - started) / finished
         left = f", about {pace * (len(cells) - finished) / 60:.0f} min left" if finished < len(cells) else ""
         report(f"[{first + finished}/{len(runs)}] {cell.run_id}: {note}{left}")
-        if after_run is not None:
+        if after_run is None:
+            return
+        try:
             after_run()
+        except Exception as error:  # noqa: BLE001 - the tables are derived: a fault there must not stop the runs
+            # going on beside this one (their record would be lost); the sweep's last write raises it again.
+            report(f"the tables were not rewritten after {cell.run_id}: {type(error).__name__}: {error} (the runs "
+                   f"go on; the records are kept)")
 
     run_cells(protocol, cells, executor, report, recorded)

@@ -55,9 +55,12 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
                 paired[site] = both
         if paired:
             paired_by_method[method] = paired
+    # A method has an average when it is paired at every held-out site and some seed was run at all of them (a
+    # folder made a part at a time can hold every site with no seed in common: then each site's column only).
+    averaged = {m for m, p in paired_by_method.items() if len(p) == len(sites) and common_seeds(p.values())}
     # The averages are one family, Holm-adjusted: their power is stated at the level of Holm's strictest step,
     # alpha / m, so that "resolvable" means resolvable after the correction.
-    family = sum(len(p) == len(sites) for p in paired_by_method.values())
+    family = len(averaged)
     cpu = {(r["run"]["method"], r["run"]["held_out"], int(r["run"]["seed"])): run_family(r)
            for r in finished(records)}
     for method, paired in paired_by_method.items():
@@ -69,7 +72,7 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
                        for k in p if cpu.get((method, s, k)) != cpu.get((baseline, s, k))]
                    for s, p in paired.items()}
         entry["cross_cpu"] = {s: pairs for s, pairs in crossed.items() if pairs}
-        if len(paired) == len(sites):
+        if method in averaged:
             entry["average"] = compare_seeds(paired, n_resamples=n_resamples, alpha=ALPHA / family)
         out["methods"][method] = entry
     out["family"] = family
@@ -83,8 +86,8 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
 def verdict(method: str, entry: dict[str, Any], baseline: str, n_sites: int, family: int = 1,
             data: str = "synthetic") -> str:
     """One sentence on what the evidence supports for ``method`` against ``baseline`` on the average column, or,
-    for a method not yet compared at every held-out site, each site's difference so far (its p-value not
-    Holm-adjusted); generated from the comparison (the benchmark page docs/benchmark.md quotes these; no
+    for a method without one (not yet compared at every held-out site, or with no seed run at all of them), each
+    site's difference so far (its p-value not Holm-adjusted); generated from the comparison (the benchmark page docs/benchmark.md quotes these; no
     interpretation is typed). It names the test (the paired t-test over the seeds, the seed as the unit:
     :mod:`feddg.benchmark.stats`), the seeds, how many sites the method is ahead at, and what the verdict is
     conditional on: these held-out sites, of ``data`` ("synthetic" or "real")."""
@@ -92,8 +95,10 @@ def verdict(method: str, entry: dict[str, Any], baseline: str, n_sites: int, fam
         sites = "; ".join(f"{site} {d.format()}" + (f", paired t p {d.p.format()} (not Holm-adjusted)"
                                                     if d.p is not None else "")
                           for site, d in entry["sites"].items())
-        return (f"**{method}** vs {baseline}: compared at {len(entry['sites'])} of {n_sites} held-out sites only, "
-                f"no average: {sites}.")
+        where = (f"compared at every one of the {n_sites} held-out sites, but no seed was run at all of them, so"
+                 if len(entry["sites"]) == n_sites else
+                 f"compared at {len(entry['sites'])} of {n_sites} held-out sites only,")
+        return f"**{method}** vs {baseline}: {where} no average: {sites}."
     average: SeedDifference = entry["average"]
     p = entry.get("holm_p")
     where = f"on these {n_sites} held-out sites ({data} data)"
