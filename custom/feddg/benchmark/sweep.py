@@ -205,13 +205,14 @@ def sweep(out: Path, protocol: Protocol, methods: Sequence[str], held_out: Seque
     and the folder's record checked (its protocol, each run's config: :mod:`feddg.benchmark.record`; with
     ``move_aside`` a run of another protocol is moved to ``OUT/aside/``); then the plan and its estimated machine
     time are printed. ``after_run`` is called after each run (the CLI rewrites the tables then, so an interrupted
-    sweep leaves tables of what it finished; an error there is reported and the runs go on). ``executor`` runs the cells (:mod:`feddg.benchmark.executors`; by
-    default one local simulator run at a time); it checks them before any run, the reproduce check's included. A
-    stop signal ends it with :class:`Interrupted`; the folder's lock is released on every way out. ``cpu_pin``: the
-    runs' CPU numerics (:mod:`feddg.numerics`). A run repeats only on its numbers family (the CPU's maker and
-    kernels), so each seed's runs come from one (:func:`~feddg.benchmark.record.seed_families`): a run of another
-    family than its seed's is refused like a run of another protocol, and a sweep running on this host leaves the
-    cells of a seed held by another family to a machine of that family, saying which."""
+    sweep leaves tables of what it finished; an error there is reported and the runs go on). ``executor`` runs the
+    cells (:mod:`feddg.benchmark.executors`; by default one local simulator run at a time); it checks them before
+    any run, the reproduce check's included. A stop signal ends it with :class:`Interrupted`; the folder's lock is
+    released on every way out. ``cpu_pin``: the runs' CPU numerics (:mod:`feddg.numerics`). A run repeats only on
+    its numbers family (the CPU's maker and kernels), so each seed's runs come from one
+    (:func:`~feddg.benchmark.record.seed_families`): a run of another family than its seed's is refused like a run
+    of another protocol, and a sweep running on this host leaves the cells of a seed held by another family to a
+    machine of that family, saying which."""
     executor = executor or LocalExecutor()
     family = this_family(executor, cpu_pin)
     with handle_stop_signals():
@@ -325,8 +326,8 @@ def _report_plan(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict],
 def _run_all(protocol: Protocol, runs: Sequence[Run], done: dict[str, dict], cells: Sequence[Cell],
              executor: CellExecutor, report: Callable[[str], None], after_run: Callable[[], None] | None) -> None:
     """Run ``cells`` with ``executor``, adding each record to ``done`` as it ends and calling ``after_run`` after
-    each (signals wait for its end; an error it raises is reported and the sweep goes on); the time left is estimated from this sweep's pace, which counts the runs that
-    go on at once."""
+    each (signals wait for its end; an error it raises is reported and the sweep goes on); the time left is
+    estimated from this sweep's pace, which counts the runs that go on at once."""
     if not cells:
         return
     report(f"running {len(cells)} run(s): {executor.describe()}")

@@ -87,10 +87,10 @@ def verdict(method: str, entry: dict[str, Any], baseline: str, n_sites: int, fam
             data: str = "synthetic") -> str:
     """One sentence on what the evidence supports for ``method`` against ``baseline`` on the average column, or,
     for a method without one (not yet compared at every held-out site, or with no seed run at all of them), each
-    site's difference so far (its p-value not Holm-adjusted); generated from the comparison (the benchmark page docs/benchmark.md quotes these; no
-    interpretation is typed). It names the test (the paired t-test over the seeds, the seed as the unit:
-    :mod:`feddg.benchmark.stats`), the seeds, how many sites the method is ahead at, and what the verdict is
-    conditional on: these held-out sites, of ``data`` ("synthetic" or "real")."""
+    site's difference so far (its p-value not Holm-adjusted); generated from the comparison (the benchmark page
+    docs/benchmark.md quotes these; no interpretation is typed). It names the test (the paired t-test over the
+    seeds, the seed as the unit: :mod:`feddg.benchmark.stats`), the seeds, how many sites the method is ahead at,
+    and what the verdict is conditional on: these held-out sites, of ``data`` ("synthetic" or "real")."""
     if "average" not in entry:  # a folder made a part at a time: what each site run so far shows, unadjusted
         sites = "; ".join(f"{site} {d.format()}" + (f", paired t p {d.p.format()} (not Holm-adjusted)"
                                                     if d.p is not None else "")
