@@ -161,6 +161,17 @@ def test_holm_hand_worked_example():
     assert holm({"a": PValue(0.6, "t"), "b": PValue(0.7, "t")})["a"].value == 1.0
 
 
+def test_holm_counts_the_family_members_not_yet_tested_as_not_rejected():
+    # family of 3, one untested (p = 1, last): 3 * 0.01 = 0.03, max(0.03, 2 * 0.04) = 0.08; the untested one is not
+    # returned. With the family left out, the two given are the family: 2 * 0.01, max(0.02, 1 * 0.04).
+    adjusted = holm({"a": PValue(0.01, "t"), "b": PValue(0.04, "t")}, family=3)
+    assert {k: v.value for k, v in adjusted.items()} == pytest.approx({"a": 0.03, "b": 0.08})
+    assert holm({"a": PValue(0.01, "t"), "b": PValue(0.04, "t")})["b"].value == pytest.approx(0.04)
+    assert holm({"a": PValue(0.3, "t")}, family=2)["a"].value == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="family of 1 cannot hold the 2"):
+        holm({"a": PValue(0.01, "t"), "b": PValue(0.04, "t")}, family=1)
+
+
 def test_holm_keeps_a_bound_a_bound():
     adjusted = holm({"a": PValue(1e-4, "bound", 10_000), "b": PValue(0.2, "exact")})
     assert adjusted["a"].kind == "bound" and adjusted["a"].value == pytest.approx(2e-4)

@@ -518,6 +518,22 @@ def test_a_cell_with_fewer_than_three_seeds_shows_its_seed_differences_and_no_in
     assert "holm_p" not in stats["methods"]["ga"]
 
 
+def test_an_average_too_few_seeds_to_test_still_counts_in_the_holm_family_its_power_is_stated_for():
+    """GA's prostate average once had one seed (seed 5, run at every site) beside uniform's three: the power line said
+    "after Holm over 2" while uniform's Holm p was its unadjusted t p. One family for both: the untested average
+    counts as not rejected, so the tested one's p is doubled."""
+    from feddg.benchmark.tables import comparisons, verdict
+
+    records = [r for r in _design({"ga": 0.05}) if r["run"]["method"] != "ga" or r["run"]["seed"] == 0]
+    stats = comparisons(records, "fedavg", ["BMC", "HK"], n_resamples=500)
+    uniform = stats["methods"]["uniform"]
+    assert stats["family"] == 2 and "holm_p" not in stats["methods"]["ga"]
+    assert uniform["average"].p.value < 0.5
+    assert uniform["holm_p"].value == pytest.approx(2 * uniform["average"].p.value)
+    line = verdict("uniform", uniform, "fedavg", 2, family=stats["family"])
+    assert f"Holm p {uniform['holm_p'].format()}" in line
+
+
 def test_a_method_run_at_some_held_out_sites_only_has_no_average():
     from feddg.benchmark.tables import comparisons, verdict
 

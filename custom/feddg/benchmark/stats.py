@@ -23,7 +23,8 @@ sites, and says so. The average column is therefore tested on the ``K`` per-seed
 every site), a site's column on its ``K`` differences ``d[s, k]``:
 
 * **Decision test** (:func:`paired_t_test`): a one-sample t-test of those ``K`` values against 0 (``df = K - 1``),
-  Holm-adjusted over the methods compared with one baseline (:func:`holm`). It can resolve a difference at 5 seeds.
+  Holm-adjusted over the methods compared with one baseline (:func:`holm`; one too few seeds to test counts as not
+  rejected). It can resolve a difference at 5 seeds.
 * **Distribution-free check** (:func:`sign_flip_test`): the exact sign-flip test over the same ``K`` values, printed
   beside it with its floor ``2 / 2^K`` (0.25 at 3 seeds, 0.0625 at 5, 0.4375 after Holm over 7 methods): with the
   seed as the unit it can never resolve anything at 5 seeds, which is why it is not the decision test. Pooling the
@@ -288,12 +289,14 @@ def seeds_needed(sd: float, target: float = DIFFERENCE_THAT_MATTERS, *, alpha: f
     return None
 
 
-def holm(pvalues: Mapping[str, PValue]) -> dict[str, PValue]:
+def holm(pvalues: Mapping[str, PValue], family: int | None = None) -> dict[str, PValue]:
     """Holm-Bonferroni adjusted p-values (step-down), same keys as ``pvalues``.
 
-    With the ``m`` p-values sorted ascending, the adjusted value of the ``i``-th is
+    With the family's ``m`` p-values sorted ascending, the adjusted value of the ``i``-th is
     ``min(1, max_{j <= i} (m - j + 1) * p_(j))``. An adjusted value that comes from a bound (``< 1/B``) stays a
-    bound: ``< (m - j + 1) / B``.
+    bound: ``< (m - j + 1) / B``. ``family``: the number of hypotheses in the family, ``m`` (default: the
+    p-values given); a member without a p-value yet (a comparison with too few seeds to test) is counted as not
+    rejected, ``p = 1``: it sorts last, so it scales every given p-value by the full family and is not returned.
     """
     # Written here: scipy.stats.false_discovery_control is Benjamini-Hochberg / Benjamini-Yekutieli (false
     # discovery rate), not Holm (family-wise error rate), and scipy has no Holm correction.
@@ -301,7 +304,9 @@ def holm(pvalues: Mapping[str, PValue]) -> dict[str, PValue]:
         if not (isinstance(p, PValue) and 0.0 <= p.value <= 1.0):
             raise ValueError(f"p-value of {key!r} must be a PValue in [0, 1], got {p!r}")
     ordered = sorted(pvalues.items(), key=lambda item: item[1].value)
-    m = len(ordered)
+    m = len(ordered) if family is None else family
+    if m < len(ordered):
+        raise ValueError(f"a family of {family} cannot hold the {len(ordered)} p-values given")
     adjusted: dict[str, PValue] = {}
     running = PValue(0.0, "exact")
     for rank, (key, p) in enumerate(ordered):

@@ -58,8 +58,9 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
     # A method has an average when it is paired at every held-out site and some seed was run at all of them (a
     # folder made a part at a time can hold every site with no seed in common: then each site's column only).
     averaged = {m for m, p in paired_by_method.items() if len(p) == len(sites) and common_seeds(p.values())}
-    # The averages are one family, Holm-adjusted: their power is stated at the level of Holm's strictest step,
-    # alpha / m, so that "resolvable" means resolvable after the correction.
+    # The averages are one family, Holm-adjusted over all of them (one with too few seeds for a test counts as not
+    # rejected): their power is stated at the level of Holm's strictest step, alpha / m, so that "resolvable" means
+    # resolvable after the correction the p-value beside it had.
     family = len(averaged)
     cpu = {(r["run"]["method"], r["run"]["held_out"], int(r["run"]["seed"])): run_family(r)
            for r in finished(records)}
@@ -77,7 +78,7 @@ def comparisons(records: Sequence[dict[str, Any]], baseline: str = BASELINE, hel
         out["methods"][method] = entry
     out["family"] = family
     adjusted = holm({m: e["average"].p for m, e in out["methods"].items() if "average" in e
-                     and e["average"].p is not None})
+                     and e["average"].p is not None}, family=family)
     for m, p in adjusted.items():
         out["methods"][m]["holm_p"] = p
     return out
