@@ -695,7 +695,9 @@ def test_the_verdicts_open_with_the_runs_the_seeds_the_seed_sd_and_the_machine_t
     assert quoted.startswith(
         "From 13 finished runs, 3-4 seeds per cell; how far retraining alone moves one run's held-out Dice: a pooled "
         "seed SD of 0.073 (over 4 cells). The folder's 13 recorded runs took 0.3 hours of wall time (runs at once "
-        "counted once; 0.3 run-hours), 48.8 runs per hour (run by unrecorded: 13).\n\n- **ga** vs fedavg")
+        "counted once; 0.3 run-hours), 48.8 runs per hour (run by unrecorded: 13).\n\nSeeds finished, by method "
+        "(held-out sites with the same seeds together): **fedavg** seeds 0-2 at BMC, HK. **ga** seeds 0-2 at BMC; "
+        "seeds 0-3 at HK.\n\n- **ga** vs fedavg")
 
     # a folder made a part at a time, with a failed run: the cells not run yet and the failure are said
     part = [r for r in records if r["run"]["held_out"] == "BMC" and r["run"]["seed"] == 0]
@@ -715,6 +717,21 @@ def test_the_basis_of_a_folder_where_nothing_finished_says_so():
     assert evidence_basis([failed], 4, machine_time([failed]), None) == (
         "No run has finished yet. The folder's 1 recorded run took 0.0 hours of wall time (runs at once counted once; "
         "0.0 run-hours), 60.0 runs per hour (run by local: 1).")
+
+
+def test_the_seeds_finished_are_said_per_method_with_sites_of_the_same_seeds_grouped():
+    from feddg.benchmark.tables import seed_coverage
+
+    sites = ["BMC", "HK", "UCL"]
+    per_cell = {("fedavg", "BMC"): {0: 0.7, 1: 0.7, 2: 0.7, 5: 0.7}, ("fedavg", "HK"): {0: 0.7, 1: 0.7, 2: 0.7, 5: 0.7},
+                ("fedavg", "UCL"): {5: 0.7}, ("ga", "HK"): {3: 0.6, 4: 0.6}}
+    assert seed_coverage(per_cell, ["fedavg", "uniform", "ga"], sites) == (
+        "Seeds finished, by method (held-out sites with the same seeds together): **fedavg** seeds 0-2, 5 at BMC, "
+        "HK; seed 5 at UCL. **ga** seeds 3-4 at HK; none at BMC, UCL.")  # uniform: nothing finished, not listed
+    every = {(m, s): {0: 0.5, 1: 0.5} for m in ["fedavg", "ga"] for s in sites}
+    assert seed_coverage(every, ["fedavg", "ga"], sites) == (
+        "Finished: seeds 0-1, for every method at every held-out site.")
+    assert seed_coverage({}, ["fedavg"], sites) == ""
 
 
 def test_pooled_seed_sd_is_the_root_of_the_mean_cell_variance():

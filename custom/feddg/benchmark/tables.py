@@ -246,6 +246,8 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
         lines += ["### What the evidence supports (generated from the table above)", "",
                   evidence_basis(records, len(methods) * len(held_out),
                                  machine_time(records) if spent is None else spent, pooled), ""]
+        coverage = seed_coverage(seed_dice(records), methods, held_out)
+        lines += [coverage, ""] if coverage else []
         for comparison in stats:
             for method, entry in comparison["methods"].items():
                 line = verdict(method, entry, comparison["baseline"], len(held_out), comparison["family"],
@@ -277,3 +279,38 @@ def evidence_basis(records: Sequence[dict[str, Any]], n_cells: int, spent: dict[
     failed = f" ({n_finished} finished, {len(records) - n_finished} not)" if n_finished < len(records) else ""
     return (f"From {plural(n_finished, 'finished run')}, {seeds} seed{'' if counts[-1] == 1 else 's'} per cell"
             f"{of_cells}{noise}. The folder's {plural(len(records), 'recorded run')}{failed} {took}")
+
+
+def seed_coverage(per_cell: dict[tuple[str, str], dict[int, float]], methods: Sequence[str],
+                  held_out: Sequence[str]) -> str:
+    """Which seeds have finished where: for each of ``methods`` with a finished run, its held-out sites grouped by
+    the seeds finished there (``per_cell``: :func:`~feddg.benchmark.scores.seed_dice`), e.g. "**fedavg** seeds
+    0-5 at BIDMC, BMC; seeds 3-5 at RUNMC, UCL" (one sentence when every method has the same seeds at every site),
+    so that a page quoting only the verdicts says where a folder made a part at a time stands without a typed
+    summary; empty when nothing has finished."""
+    def seeds(values: Sequence[int]) -> str:  # [0, 3, 4, 5] -> "seeds 0, 3-5"
+        runs: list[list[int]] = []
+        for s in values:
+            if runs and s == runs[-1][-1] + 1:
+                runs[-1].append(s)
+            else:
+                runs.append([s])
+        listed = ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+        return f"seed{'s' if len(values) > 1 else ''} {listed}"
+
+    every = {tuple(per_cell.get((m, s), {})) for m in methods for s in held_out}
+    if len(every) == 1 and () not in every:
+        (only,) = every
+        return f"Finished: {seeds(only)}, for every method at every held-out site."
+    parts = []
+    for method in methods:
+        groups: dict[tuple[int, ...], list[str]] = {}
+        for site in held_out:
+            groups.setdefault(tuple(per_cell.get((method, site), {})), []).append(site)
+        if list(groups) == [()]:
+            continue  # nothing finished: the "not run yet" line says so
+        where = [f"{seeds(key)} at {', '.join(sites)}" for key, sites in groups.items() if key]
+        where += [f"none at {', '.join(groups[()])}"] if () in groups else []
+        parts.append(f"**{method}** " + "; ".join(where))
+    return ("Seeds finished, by method (held-out sites with the same seeds together): " + ". ".join(parts) + "."
+            if parts else "")
