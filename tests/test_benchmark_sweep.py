@@ -914,6 +914,38 @@ def test_cells_made_by_several_code_versions_are_named():
     assert mixed_code_cells(_design({"ga": 0.05})) == ""
 
 
+def test_seed_lists_and_sites_grouped_by_their_seeds():
+    from feddg.benchmark.provenance import seed_list, sites_by_seeds
+
+    assert seed_list([0, 3, 4, 5]) == "seeds 0, 3-5"
+    assert seed_list([5]) == "seed 5"
+    assert seed_list([1, 3]) == "seeds 1, 3"
+    assert sites_by_seeds({"BMC": [0, 1], "HK": [], "I2CVB": [5], "UCL": [0, 1]}) == (
+        "seeds 0-1 at BMC, UCL; seed 5 at I2CVB")
+
+
+def test_the_runs_still_to_run_are_listed_by_the_cpu_family_that_holds_their_seed():
+    from feddg.benchmark.provenance import still_to_run
+
+    def run(method, site, seed, cpu, avx512):
+        return {**_prostate_record(method, site, seed, [0.5] * 4), "executor": {"cpu": cpu, "avx512": avx512}}
+
+    design = {"fedavg": {"BMC": [0, 1, 2], "HK": [0, 1, 2]}, "ga": {"BMC": [0, 1, 2], "HK": [0, 1, 2]}}
+    records = [run("fedavg", "BMC", 0, "AMD EPYC", False), run("fedavg", "HK", 0, "AMD EPYC", False),
+               run("ga", "HK", 0, "AMD EPYC", False), run("fedavg", "BMC", 1, "Intel(R) Xeon(R)", True),
+               run("fedavg", "HK", 1, "Intel(R) Xeon(R)", True), run("ga", "BMC", 1, "Intel(R) Xeon(R)", True),
+               run("ga", "HK", 1, "Intel(R) Xeon(R)", True),
+               {**run("ga", "BMC", 0, "AMD EPYC", False), "status": "failed"}]  # failed: still to run
+    # seed 0: AMD avx2 (3 finished), missing ga BMC; seed 1: Intel, complete; seed 2: no run yet, all four missing
+    assert still_to_run(design, records, ["fedavg", "ga"], ["BMC", "HK"]) == (
+        "Still to run, 5 runs, each on a machine of the CPU family that holds its seed (a pair's two runs must come "
+        "from one): **AMD avx2** (seed 0, 1 run): ga (seed 0 at BMC). **any family (seeds no run has made yet)** "
+        "(seed 2, 4 runs): fedavg (seed 2 at BMC, HK), ga (seed 2 at BMC, HK).")
+    done = [run(m, s, k, "AMD EPYC", False) for m in design for s in design[m] for k in design[m][s]]
+    assert still_to_run(design, done, ["fedavg", "ga"], ["BMC", "HK"]) == ""
+    assert still_to_run({}, records, ["fedavg", "ga"], ["BMC", "HK"]) == ""
+
+
 def test_the_how_to_read_note_says_how_the_synthetic_sites_differ_under_the_protocol():
     from feddg.benchmark.results import _how_to_read
 

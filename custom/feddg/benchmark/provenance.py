@@ -10,11 +10,33 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from feddg.benchmark.record import Design, finished, run_cpu, run_family
+from feddg.benchmark.record import Design, finished, run_cpu, run_family, seed_families
 
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def seed_list(seeds: Sequence[int]) -> str:
+    """``[0, 3, 4, 5]`` -> ``seeds 0, 3-5``; ``[5]`` -> ``seed 5`` (sorted, unique seeds)."""
+    runs: list[list[int]] = []
+    for seed in seeds:
+        if runs and seed == runs[-1][-1] + 1:
+            runs[-1].append(seed)
+        else:
+            runs.append([seed])
+    listed = ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+    return f"seed{'s' if len(seeds) > 1 else ''} {listed}"
+
+
+def sites_by_seeds(per_site: dict[str, Sequence[int]]) -> str:
+    """``{"BMC": [0, 1], "HK": [0, 1], "UCL": [5]}`` -> ``seeds 0-1 at BMC, HK; seed 5 at UCL``: the sites grouped
+    by their seeds, in the order of ``per_site``; sites without a seed are left out."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for site, seeds in per_site.items():
+        if seeds:
+            groups.setdefault(tuple(seeds), []).append(site)
+    return "; ".join(f"{seed_list(seeds)} at {', '.join(sites)}" for seeds, sites in groups.items())
 
 
 def code_of_runs(records: Sequence[dict[str, Any]]) -> str:
@@ -121,3 +143,33 @@ def of_design(design: Design, records: Sequence[dict[str, Any]]) -> str:
         return ""
     done = {(r["run"]["method"], r["run"]["held_out"], r["run"]["seed"]) for r in finished(records)}
     return f"; {len(asked & done)} of the {len(asked)} runs the folder's sweeps asked for"
+
+
+def still_to_run(design: Design, records: Sequence[dict[str, Any]], methods: Sequence[str],
+                 held_out: Sequence[str]) -> str:
+    """The runs the folder's sweeps asked for that have not finished, by the numbers family that holds their seed
+    (:func:`~feddg.benchmark.record.seed_families`: a pair's two runs must come from one family, so a seed's
+    missing cells can only be made on a machine of its family; a seed no run has made yet, on any), each family's
+    cells by method with the sites grouped by their seeds (``methods``, ``held_out``: the order), as a sentence;
+    empty when every asked-for run has finished or the folder has no design."""
+    done = {(r["run"]["method"], r["run"]["held_out"], r["run"]["seed"]) for r in finished(records)}
+    owners = seed_families(records)
+    missing: dict[str, dict[str, dict[str, list[int]]]] = {}  # family -> method -> site -> seeds
+    for method in methods:
+        for site in held_out:
+            for seed in sorted(design.get(method, {}).get(site, [])):
+                if (method, site, seed) not in done:
+                    family = owners.get(seed, "any family (seeds no run has made yet)")
+                    missing.setdefault(family, {}).setdefault(method, {}).setdefault(site, []).append(seed)
+    if not missing:
+        return ""
+    parts = []
+    for family, by_method in sorted(missing.items(), key=lambda item: min(
+            seed for sites in item[1].values() for seeds in sites.values() for seed in seeds)):
+        seeds = sorted({seed for sites in by_method.values() for s in sites.values() for seed in s})
+        n = sum(len(s) for sites in by_method.values() for s in sites.values())
+        cells = ", ".join(f"{method} ({sites_by_seeds(sites)})" for method, sites in by_method.items())
+        parts.append(f"**{family}** ({seed_list(seeds)}, {plural(n, 'run')}): {cells}")
+    total = sum(len(s) for by_method in missing.values() for sites in by_method.values() for s in sites.values())
+    return (f"Still to run, {plural(total, 'run')}, each on a machine of the CPU family that holds its seed (a "
+            f"pair's two runs must come from one): " + ". ".join(parts) + ".")

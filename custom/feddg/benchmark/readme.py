@@ -12,7 +12,7 @@ for each quoted folder, a block between two markers::
 
 and this rewrites the block with the folder's Dice sections (the Dice tables, each seed's values, the differences to
 the baselines with their intervals and the generated sentences on what the evidence supports; HD95 and ASD stay in
-``results.md``), under the protocol line and the note on how to read them. A block opened by
+``results.md``), under the protocol line, the note on how to read them and the runs still to run. A block opened by
 ``<!-- verdicts: FOLDER -->`` instead holds only the generated sentences (what they rest on and cost, then one
 verdict per method and baseline): the front page's headline
 (``python -m feddg.benchmark.readme README.md benchmarks/results/loso_fundus_seeds``). ``--check`` rewrites nothing and
@@ -36,9 +36,9 @@ VERDICTS = "What the evidence"  # the section of generated sentences, quoted alo
 
 def dice_sections(results_md: str) -> str:
     """The sections of a ``results.md`` whose ``###`` title starts with one of ``QUOTED``, in their order, with
-    the protocol line and the how-to-read line of its header."""
+    the protocol line, the how-to-read line and the still-to-run line (a folder not yet complete) of its header."""
     header, *sections = re.split(r"^(?=### )", results_md, flags=re.MULTILINE)
-    kept_header = [line for line in header.splitlines() if line.startswith(("Protocol", "How to read"))]
+    kept_header = [line for line in header.splitlines() if line.startswith(("Protocol", "How to read", "Still to run"))]
     kept = [s.rstrip() for s in sections if s[4:].startswith(QUOTED)]
     return "\n\n".join([*kept_header, *kept]).strip()
 

@@ -15,7 +15,8 @@ from typing import Any
 from feddg.benchmark.cost import PAPER_ROUND_TIME, cost_line, paper_size_cost
 from feddg.benchmark.plots import plots
 from feddg.benchmark.provenance import (code_of_runs, cpus_of_runs, families_of_runs, machine_time, mixed_code_cells,
-                                        of_design, runs_by_cpu, runs_by_family, software_of_runs, time_spent)
+                                        of_design, runs_by_cpu, runs_by_family, software_of_runs, still_to_run,
+                                        time_spent)
 from feddg.benchmark.record import RUN_FILE, SWEEP_FILE, designed, finished
 from feddg.benchmark.scores import load_records, pooled_seed_sd, seed_spread, tidy_rows, write_csv
 from feddg.benchmark.tables import BASELINES, comparisons, markdown, verdict
@@ -89,9 +90,8 @@ def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[s
               f"held-out site's test cases, "
               f"the reported model (final global model; MLA-BIN: the attention-combined model).", "",
               _how_to_read(protocol), ""] + ([cost_line(paper_size), ""] if paper_size else [])
-    mixed = mixed_code_cells(records)
-    if mixed:
-        header += [mixed, ""]
+    for line in (mixed_code_cells(records), still_to_run(design, records, methods, held_out)):
+        header += [line, ""] if line else []
     (out / "results.md").write_text("\n".join(header) + markdown(records, stats, methods, held_out, spent, spread))
     figures = plots(records, out / "plots", methods, held_out)
     serial = {c["baseline"]: {m: {"sites": {s: d.to_dict() for s, d in e["sites"].items()},

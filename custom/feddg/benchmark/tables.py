@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from feddg.benchmark.provenance import machine_time, plural, time_spent
+from feddg.benchmark.provenance import machine_time, plural, seed_list, sites_by_seeds, time_spent
 from feddg.benchmark.record import finished, run_family
 from feddg.benchmark.scores import METRICS, case_scores, cells, label_names, pooled_seed_sd, seed_dice, seed_spread
 from feddg.benchmark.stats import (ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, common_seeds,
@@ -288,29 +288,16 @@ def seed_coverage(per_cell: dict[tuple[str, str], dict[int, float]], methods: Se
     0-5 at BIDMC, BMC; seeds 3-5 at RUNMC, UCL" (one sentence when every method has the same seeds at every site),
     so that a page quoting only the verdicts says where a folder made a part at a time stands without a typed
     summary; empty when nothing has finished."""
-    def seeds(values: Sequence[int]) -> str:  # [0, 3, 4, 5] -> "seeds 0, 3-5"
-        runs: list[list[int]] = []
-        for s in values:
-            if runs and s == runs[-1][-1] + 1:
-                runs[-1].append(s)
-            else:
-                runs.append([s])
-        listed = ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
-        return f"seed{'s' if len(values) > 1 else ''} {listed}"
-
-    every = {tuple(per_cell.get((m, s), {})) for m in methods for s in held_out}
+    seeds = {(m, s): sorted(per_cell.get((m, s), {})) for m in methods for s in held_out}
+    every = {tuple(v) for v in seeds.values()}
     if len(every) == 1 and () not in every:
-        (only,) = every
-        return f"Finished: {seeds(only)}, for every method at every held-out site."
+        return f"Finished: {seed_list(next(iter(every)))}, for every method at every held-out site."
     parts = []
     for method in methods:
-        groups: dict[tuple[int, ...], list[str]] = {}
-        for site in held_out:
-            groups.setdefault(tuple(per_cell.get((method, site), {})), []).append(site)
-        if list(groups) == [()]:
-            continue  # nothing finished: the "not run yet" line says so
-        where = [f"{seeds(key)} at {', '.join(sites)}" for key, sites in groups.items() if key]
-        where += [f"none at {', '.join(groups[()])}"] if () in groups else []
-        parts.append(f"**{method}** " + "; ".join(where))
+        per_site = {site: seeds[method, site] for site in held_out}
+        if any(per_site.values()):  # else nothing finished: the "not run yet" line says so
+            not_run = [site for site, s in per_site.items() if not s]
+            parts.append(f"**{method}** {sites_by_seeds(per_site)}"
+                         + (f"; none at {', '.join(not_run)}" if not_run else ""))
     return ("Seeds finished, by method (held-out sites with the same seeds together): " + ". ".join(parts) + "."
             if parts else "")
