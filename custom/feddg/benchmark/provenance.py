@@ -154,22 +154,22 @@ def still_to_run(design: Design, records: Sequence[dict[str, Any]], methods: Seq
     empty when every asked-for run has finished or the folder has no design."""
     done = {(r["run"]["method"], r["run"]["held_out"], r["run"]["seed"]) for r in finished(records)}
     owners = seed_families(records)
-    missing: dict[str, dict[str, dict[str, list[int]]]] = {}  # family -> method -> site -> seeds
+    missing: dict[str, list[tuple[str, str, int]]] = {}  # family -> its (method, site, seed) not finished
     for method in methods:
         for site in held_out:
             for seed in sorted(design.get(method, {}).get(site, [])):
                 if (method, site, seed) not in done:
                     family = owners.get(seed, "any family (seeds no run has made yet)")
-                    missing.setdefault(family, {}).setdefault(method, {}).setdefault(site, []).append(seed)
+                    missing.setdefault(family, []).append((method, site, seed))
     if not missing:
         return ""
     parts = []
-    for family, by_method in sorted(missing.items(), key=lambda item: min(
-            seed for sites in item[1].values() for seeds in sites.values() for seed in seeds)):
-        seeds = sorted({seed for sites in by_method.values() for s in sites.values() for seed in s})
-        n = sum(len(s) for sites in by_method.values() for s in sites.values())
-        cells = ", ".join(f"{method} ({sites_by_seeds(sites)})" for method, sites in by_method.items())
-        parts.append(f"**{family}** ({seed_list(seeds)}, {plural(n, 'run')}): {cells}")
-    total = sum(len(s) for by_method in missing.values() for sites in by_method.values() for s in sites.values())
-    return (f"Still to run, {plural(total, 'run')}, each on a machine of the CPU family that holds its seed (a "
-            f"pair's two runs must come from one): " + ". ".join(parts) + ".")
+    for family, cells in sorted(missing.items(), key=lambda item: min(seed for *_, seed in item[1])):
+        by_method: dict[str, dict[str, list[int]]] = {}
+        for method, site, seed in cells:
+            by_method.setdefault(method, {}).setdefault(site, []).append(seed)
+        listed = ", ".join(f"{method} ({sites_by_seeds(sites)})" for method, sites in by_method.items())
+        seeds = seed_list(sorted({seed for *_, seed in cells}))
+        parts.append(f"**{family}** ({seeds}, {plural(len(cells), 'run')}): {listed}")
+    return (f"Still to run, {plural(sum(map(len, missing.values())), 'run')}, each on a machine of the CPU family "
+            f"that holds its seed (a pair's two runs must come from one): " + ". ".join(parts) + ".")
