@@ -135,13 +135,19 @@ def time_spent(spent: dict[str, Any]) -> str:
             f"run-hours), {spent['runs_per_hour']:.1f} runs per hour" + (f" (run by {executors})" if executors else ""))
 
 
+def finished_cells(records: Sequence[dict[str, Any]]) -> set[tuple[str, str, int]]:
+    """The (method, held-out site, seed) of every finished run: what :func:`of_design` counts against the design
+    and :func:`still_to_run` leaves out of it."""
+    return {(r["run"]["method"], r["run"]["held_out"], r["run"]["seed"]) for r in finished(records)}
+
+
 def of_design(design: Design, records: Sequence[dict[str, Any]]) -> str:
     """``; 60 of the 160 runs the folder's sweeps asked for`` (finished runs of designed cells); empty for a folder
     without a design."""
     asked = {(m, site, k) for m, sites in design.items() for site, seeds in sites.items() for k in seeds}
     if not asked:
         return ""
-    done = {(r["run"]["method"], r["run"]["held_out"], r["run"]["seed"]) for r in finished(records)}
+    done = finished_cells(records)
     return f"; {len(asked & done)} of the {len(asked)} runs the folder's sweeps asked for"
 
 
@@ -152,7 +158,7 @@ def still_to_run(design: Design, records: Sequence[dict[str, Any]], methods: Seq
     missing cells can only be made on a machine of its family; a seed no run has made yet, on any), each family's
     cells by method with the sites grouped by their seeds (``methods``, ``held_out``: the order), as a sentence;
     empty when every asked-for run has finished or the folder has no design."""
-    done = {(r["run"]["method"], r["run"]["held_out"], r["run"]["seed"]) for r in finished(records)}
+    done = finished_cells(records)
     owners = seed_families(records)
     missing: dict[str, list[tuple[str, str, int]]] = {}  # family -> its (method, site, seed) not finished
     for method in methods:

@@ -23,8 +23,8 @@ sites, and says so. The average column is therefore tested on the ``K`` per-seed
 every site), a site's column on its ``K`` differences ``d[s, k]``:
 
 * **Decision test** (:func:`paired_t_test`): a one-sample t-test of those ``K`` values against 0 (``df = K - 1``),
-  Holm-adjusted over the methods compared with one baseline (:func:`holm`; one too few seeds to test counts as not
-  rejected). It can resolve a difference at 5 seeds.
+  Holm-adjusted over the methods compared with one baseline (:func:`holm`; a method with too few seeds to test counts
+  as not rejected). It can resolve a difference at 5 seeds.
 * **Distribution-free check** (:func:`sign_flip_test`): the exact sign-flip test over the same ``K`` values, printed
   beside it with its floor ``2 / 2^K`` (0.25 at 3 seeds, 0.0625 at 5, 0.4375 after Holm over 7 methods): with the
   seed as the unit it can never resolve anything at 5 seeds, which is why it is not the decision test. Pooling the
