@@ -254,7 +254,7 @@ def test_a_pinned_sweep_on_an_avx512_cpu_does_not_join_the_seeds_of_a_cpu_withou
     sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1", "Domain2"], [0, 1], report=lines.append,
                        cpu_pin="avx2")
     assert [r for r, _ in ran] == ["fundus_fedavg_Domain1_seed1", "fundus_fedavg_Domain2_seed1"]
-    assert "1 cell(s) left for a machine of their seed's CPU family (seed(s) 0 on AMD avx2): this sweep makes AMD " \
+    assert "1 cell(s) left for a machine of their seed's CPU family (seed 0 on AMD avx2): this sweep makes AMD " \
            "avx2-pinned runs, and a pair's two runs must come from one family" in lines, lines
 
 
@@ -271,7 +271,7 @@ def test_a_sweep_left_nothing_by_the_seeds_families_names_the_first_seed_no_fami
     _fake_executor(monkeypatch, sweep_module, "old-code", ran=ran, cpu="AMD EPYC", avx512=True)
     sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain2"], [0, 1], report=lines.append)
     assert ran == []
-    assert "2 cell(s) left for a machine of their seed's CPU family (seed(s) 0 on AMD avx2; seed(s) 1 on Intel " \
+    assert "2 cell(s) left for a machine of their seed's CPU family (seed 0 on AMD avx2; seed 1 on Intel " \
            "native-avx512): this sweep makes AMD native-avx512 runs, and a pair's two runs must come from one " \
            "family; a seed no family holds yet can be made here (the first: 2)" in lines, lines
 
@@ -293,7 +293,7 @@ def test_each_seed_stays_on_one_cpu_family_and_the_reproduce_check_re_runs_a_run
     _fake_executor(monkeypatch, sweep_module, "old-code", ran=ran, cpu="Intel(R) Xeon(R) Processor", avx512=True)
     sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1", "Domain2"], [0, 1], report=lines.append)
     assert [r for r, _ in ran] == ["fundus_fedavg_Domain1_seed1", "fundus_fedavg_Domain2_seed1"]
-    assert "1 cell(s) left for a machine of their seed's CPU family (seed(s) 0 on AMD avx2): this sweep makes Intel " \
+    assert "1 cell(s) left for a machine of their seed's CPU family (seed 0 on AMD avx2): this sweep makes Intel " \
            "native-avx512 runs, and a pair's two runs must come from one family" in lines, lines
     assert any(line.startswith("4 runs, 1 done before, 1 left for another machine, 2 to run") for line in lines), lines
 
@@ -511,7 +511,7 @@ def test_a_cell_with_fewer_than_three_seeds_shows_its_seed_differences_and_no_in
     row = next(line for line in text.splitlines() if line.startswith("| ga | +0.0"))
     assert "+0.050 (2 seeds: +0.044, +0.055)" in row and "[" not in row
     average = stats["methods"]["ga"]["average"]  # seeds 0 and 1 at both sites: their site averages, D_0 and D_1
-    assert row.endswith(f"| {average.mean:+.3f} (seeds 0, 1, run at every site: {average.tested[0]:+.3f}, "
+    assert row.endswith(f"| {average.mean:+.3f} (seeds 0-1, run at every site: {average.tested[0]:+.3f}, "
                         f"{average.tested[1]:+.3f}) | - |")
     assert average.mean == pytest.approx(np.mean(list(average.tested.values())))
     assert "not resolved, fewer than 3 seeds run at every site" in verdict("ga", stats["methods"]["ga"], "fedavg", 2)
@@ -599,7 +599,7 @@ def test_the_average_column_keeps_to_the_seeds_run_at_every_site_and_names_them(
     dice = markdown(records, [comparisons(records, "fedavg", ["BMC", "HK"], n_resamples=200)], ["fedavg", "uniform"],
                     ["BMC", "HK"]).split("### Dice, prostate", 1)[1].split("###", 1)[0]
     assert next(line for line in dice.splitlines() if line.startswith("| fedavg |")).endswith(
-        "| 0.600 (seeds 3, 4) |")
+        "| 0.600 (seeds 3-4) |")
     assert next(line for line in dice.splitlines() if line.startswith("| uniform |")).endswith("| 0.200 |"), \
         "every cell has the same seeds: the plain mean"
 
@@ -655,8 +655,8 @@ def test_write_results_reports_machine_time_the_code_of_the_runs_and_the_paper_s
     # 18 runs of 60 s, one at a time (nothing recorded says otherwise): 0.3 hours, 60 runs per hour
     # the numbers family is the maker (the model where no maker is known) and the kernels; six runs recorded no CPU
     assert ("code abc123 (18 runs); CPU AMD EPYC 7B13 (6 runs), CPU B (6 runs), not recorded (6 runs); numbers family "
-            "AMD avx2 (6 runs; seeds 0, 1, 2), CPU B native-avx512 (6 runs; seeds 0, 1, 2), unknown (6 runs; seeds "
-            "0, 1, 2)); 0.3 hours of wall time (runs at once counted once; 0.3 run-hours), 60.0 runs per hour") in text, \
+            "AMD avx2 (6 runs; seeds 0-2), CPU B native-avx512 (6 runs; seeds 0-2), unknown (6 runs; seeds "
+            "0-2)); 0.3 hours of wall time (runs at once counted once; 0.3 run-hours), 60.0 runs per hour") in text, \
         text[:600]
     assert "cannot be compared with the papers' numbers" in text
     saved = json.loads((tmp_path / "results.json").read_text())
@@ -910,12 +910,13 @@ def test_cells_made_by_several_code_versions_are_named():
         r["code"] = "b" * 64 if (r["run"]["method"] == "ga" and r["run"]["held_out"] == "HK" and
                                  r["run"]["seed"] > 0) else "a" * 64
     assert mixed_code_cells(records) == ("Cells whose seeds were made by more than one code version: ga at HK "
-                                         "(aaaaaaaaaaaa: seed 0; bbbbbbbbbbbb: seeds 1, 2).")
+                                         "(aaaaaaaaaaaa: seed 0; bbbbbbbbbbbb: seeds 1-2).")
     assert mixed_code_cells(_design({"ga": 0.05})) == ""
 
 
 def test_seed_lists_and_sites_grouped_by_their_seeds():
-    from feddg.benchmark.provenance import seed_list, sites_by_seeds
+    from feddg.benchmark.provenance import sites_by_seeds
+    from feddg.benchmark.stats import seed_list
 
     assert seed_list([0, 3, 4, 5]) == "seeds 0, 3-5"
     assert seed_list([5]) == "seed 5"

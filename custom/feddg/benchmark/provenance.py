@@ -11,22 +11,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from feddg.benchmark.record import Design, finished, run_cpu, run_family, seed_families
+from feddg.benchmark.stats import seed_list
 
 
 def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def seed_list(seeds: Sequence[int]) -> str:
-    """``[0, 3, 4, 5]`` -> ``seeds 0, 3-5``; ``[5]`` -> ``seed 5`` (sorted, unique seeds)."""
-    runs: list[list[int]] = []
-    for seed in seeds:
-        if runs and seed == runs[-1][-1] + 1:
-            runs[-1].append(seed)
-        else:
-            runs.append([seed])
-    listed = ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
-    return f"seed{'s' if len(seeds) > 1 else ''} {listed}"
 
 
 def sites_by_seeds(per_site: dict[str, Sequence[int]]) -> str:
@@ -55,8 +44,7 @@ def mixed_code_cells(records: Sequence[dict[str, Any]]) -> str:
     mixed = []
     for (method, site), codes in sorted(cells.items()):
         if len(codes) > 1:
-            parts = [f"{code}: seed{'' if len(seeds) == 1 else 's'} {', '.join(map(str, sorted(seeds)))}"
-                     for code, seeds in sorted(codes.items())]
+            parts = [f"{code}: {seed_list(sorted(seeds))}" for code, seeds in sorted(codes.items())]
             mixed.append(f"{method} at {site} ({'; '.join(parts)})")
     return f"Cells whose seeds were made by more than one code version: {', '.join(mixed)}." if mixed else ""
 
@@ -84,10 +72,10 @@ def runs_by_family(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any
 
 
 def families_of_runs(records: Sequence[dict[str, Any]]) -> str:
-    """:func:`runs_by_family` as a phrase: ``AMD avx2 (31 runs; seeds 0, 1, 2), Intel native-avx512 (35 runs;
-    seeds 3, 4)``."""
-    return ", ".join(f"{f} ({plural(v['runs'], 'run')}; seed{'' if len(v['seeds']) == 1 else 's'} "
-                     f"{', '.join(map(str, v['seeds']))})" for f, v in runs_by_family(records).items())
+    """:func:`runs_by_family` as a phrase: ``AMD avx2 (31 runs; seeds 0-2), Intel native-avx512 (35 runs; seeds
+    3-4)``."""
+    return ", ".join(f"{f} ({plural(v['runs'], 'run')}; {seed_list(v['seeds'])})"
+                     for f, v in runs_by_family(records).items())
 
 
 def software_of_runs(records: Sequence[dict[str, Any]], dist: str = "feddg-flare") -> str:

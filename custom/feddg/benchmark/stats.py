@@ -140,12 +140,11 @@ class SeedDifference:
         """``+0.044 [-0.012, +0.091] 5 seeds, SD 0.049``; with fewer than :data:`MIN_SEEDS` seeds no interval: at one
         site each seed's difference, ``+0.044 (2 seeds: +0.051, +0.037)`` or ``+0.042 (1 seed)``, over several
         sites the seeds run at every site and their site averages D_k, the values the mean is over: ``+0.009 (seeds
-        3, 4, run at every site: +0.012, +0.006)``."""
+        3-4, run at every site: +0.012, +0.006)``."""
         if not self.has_interval:  # fewer than MIN_SEEDS: the seed values, no interval
             if len(self.seeds) > 1:
-                named = ", ".join(map(str, self.tested))
-                return (f"{self.mean:+.{digits}f} (seed{'s' if len(self.tested) > 1 else ''} {named}, run at every "
-                        f"site: {', '.join(f'{d:+.{digits}f}' for d in self.tested.values())})")
+                return (f"{self.mean:+.{digits}f} ({seed_list(list(self.tested))}, run at every site: "
+                        f"{', '.join(f'{d:+.{digits}f}' for d in self.tested.values())})")
             values = [d for per_site in self.seeds.values() for d in per_site.values()]
             if len(values) == 1:
                 return f"{self.mean:+.{digits}f} (1 seed)"
@@ -161,6 +160,19 @@ class SeedDifference:
                 "sd": self.sd, "mde": self.mde, "seeds_for_target": self.seeds_for_target, "n_seeds": self.n_seeds,
                 "tested": {str(k): d for k, d in self.tested.items()},
                 "seed_differences": {s: {str(k): d for k, d in v.items()} for s, v in self.seeds.items()}}
+
+
+def seed_list(seeds: Sequence[int]) -> str:
+    """``[0, 3, 4, 5]`` -> ``seeds 0, 3-5``; ``[5]`` -> ``seed 5`` (sorted, unique seeds): the one way the
+    benchmark's tables and sentences name a set of seeds."""
+    runs: list[list[int]] = []
+    for seed in seeds:
+        if runs and seed == runs[-1][-1] + 1:
+            runs[-1].append(seed)
+        else:
+            runs.append([seed])
+    listed = ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+    return f"seed{'s' if len(seeds) > 1 else ''} {listed}"
 
 
 def common_seeds(per_site: Iterable[Mapping[int, Any]]) -> list[int]:

@@ -49,6 +49,7 @@ from feddg.benchmark.record import (INTERRUPTED, RUN_FILE, SWEEP_FILE, check_rec
                                     prepare_folder, record_design, run_family, run_records, seed_families)
 from feddg.benchmark.reproduce import check_code
 from feddg.benchmark.signals import Interrupted, handle_stop_signals
+from feddg.benchmark.stats import seed_list
 from feddg.config import ConfigError
 from feddg.folders import claim
 from feddg.numerics import host_family
@@ -270,7 +271,7 @@ def _ours(todo: list[Run], records: dict[str, dict], family: str, report: Callab
         by_family: dict[str, list[int]] = {}
         for seed in sorted({r.seed for r in left}):
             by_family.setdefault(owners[seed], []).append(seed)
-        held = "; ".join(f"seed(s) {', '.join(map(str, seeds))} on {f}" for f, seeds in by_family.items())
+        held = "; ".join(f"{seed_list(seeds)} on {f}" for f, seeds in by_family.items())
         ours = [r for r in todo if r not in left]
         free = "" if ours else (f"; a seed no family holds yet can be made here (the first: "
                                 f"{next(seed for seed in range(len(owners) + 1) if seed not in owners)})")

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from feddg.benchmark.provenance import machine_time, plural, seed_list, sites_by_seeds, time_spent
+from feddg.benchmark.provenance import machine_time, plural, sites_by_seeds, time_spent
 from feddg.benchmark.record import finished, run_family
 from feddg.benchmark.scores import METRICS, case_scores, cells, label_names, pooled_seed_sd, seed_dice, seed_spread
 from feddg.benchmark.stats import (ALPHA, DIFFERENCE_THAT_MATTERS, MIN_SEEDS, SeedDifference, common_seeds,
-                                   compare_seeds, holm)
+                                   compare_seeds, holm, seed_list)
 from feddg.layouts import LAYOUTS
 
 
@@ -165,14 +165,14 @@ def site_average(table: dict[tuple[str, str], dict[str, Any]], method: str, held
 
 def _average(table: dict[tuple[str, str], dict[str, Any]], method: str, held_out: Sequence[str],
              key: tuple[str, str]) -> str:
-    """:func:`site_average` as a table cell, naming its seeds when some site has others too: ``0.612 (seeds 3, 4)``;
+    """:func:`site_average` as a table cell, naming its seeds when some site has others too: ``0.612 (seeds 3-4)``;
     ``-`` when there is none."""
     value, seeds = site_average(table, method, held_out, key)
     if value is None:
         return "-"
     if all(len(table[(method, site)]["values"][key]) == len(seeds) for site in held_out):
         return _fmt(value, key[1])
-    return f"{_fmt(value, key[1])} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"
+    return f"{_fmt(value, key[1])} ({seed_list(seeds)})"
 
 
 def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]], methods: Sequence[str],
@@ -230,8 +230,8 @@ def markdown(records: Sequence[dict[str, Any]], stats: Sequence[dict[str, Any]],
             average = entry["average"].format() if "average" in entry else "-"
             holm_p = entry["holm_p"].format() if "holm_p" in entry else "-"
             lines.append(f"| {method} | " + " | ".join(row) + f" | {average} | {holm_p} |")
-        crossed = [f"{method} at {site}, seed{'s' if len(pairs) > 1 else ''} "
-                   f"{', '.join(str(p['seed']) for p in pairs)} ({pairs[0][method]} against {pairs[0][base]})"
+        crossed = [f"{method} at {site}, {seed_list(sorted(p['seed'] for p in pairs))} "
+                   f"({pairs[0][method]} against {pairs[0][base]})"
                    for method, entry in comparison["methods"].items()
                    for site, pairs in entry.get("cross_cpu", {}).items()]
         if crossed:
