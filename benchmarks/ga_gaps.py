@@ -20,7 +20,8 @@ GA's aggregator writes every round, :mod:`feddg.flare.ga.aggregator`) and writes
 Per held-out site: the means of these over seeds, the difference to the control with seeds as the unit (95%
 crossed bootstrap interval and the paired t-test's p over the seeds, :func:`feddg.benchmark.stats.compare_seeds`),
 which site ended with the largest weight in how many seeds (one site in every seed: a signal; a different one in
-each: noise), and which had the smallest mean gap in how many.
+each: noise), which ended at 0.02 or less (:data:`DROPPED`) in how many, and which had the smallest mean gap in how
+many.
 
 An ablation folder (one GA setting changed, ``--set ga.gap_split=train``) need not run the control again:
 ``--controls FOLDER`` takes the control's runs from another folder, each checked to be exactly the run this folder's
@@ -130,6 +131,11 @@ def controls_from(folder: Path, controls: Path, control: str, method: str) -> li
     return found
 
 
+# A final weight at or below this, as the per-run table prints it (two decimals): that site's updates barely reach
+# the global model (a tenth or less of the uniform weight 1/K = 0.2 at five training sites).
+DROPPED = 0.02
+
+
 def diagnose(records: Sequence[dict[str, Any]], method: str, control: str) -> list[dict[str, Any]]:
     """One row per finished run of ``method`` (held-out site, seed order); ``records`` also hold the control's."""
     from feddg.benchmark.scores import seed_dice
@@ -157,7 +163,8 @@ def diagnose(records: Sequence[dict[str, Any]], method: str, control: str) -> li
 def summarise(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]], method: str,
               control: str) -> list[dict[str, Any]]:
     """Per held-out site: seeds, the mean of each diagnostic, the paired difference to ``control`` with seeds as the
-    unit (None without a paired seed), and how often each site ended with the most weight."""
+    unit (None without a paired seed), how often each site ended with the most weight, and how often with
+    :data:`DROPPED` or less."""
     from feddg.benchmark.scores import case_scores
     from feddg.benchmark.stats import compare_seeds
 
@@ -178,6 +185,8 @@ def summarise(rows: Sequence[dict[str, Any]], records: Sequence[dict[str, Any]],
                     "sign_persistence": mean("sign_persistence"), "lag1_correlation": mean("lag1_correlation"),
                     "difference": None if difference is None else difference.to_dict(),
                     "heaviest": dict(heaviest.most_common()),
+                    "dropped": dict(Counter(name for r in mine for name, w in r["final_weights"].items()
+                                            if round(w, 2) <= DROPPED).most_common()),
                     "smallest_gap": dict(Counter(r["smallest_mean_gap"] for r in mine
                                                  if r["smallest_mean_gap"]).most_common())})
     return out
@@ -192,16 +201,19 @@ def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], 
              "(Eq. 3 takes weight from it on average). "
              f"Dice - {control}: held-out Dice minus the {control} run of the same seed (per "
              "site: the mean over seeds, the 95% crossed bootstrap interval and the paired t-test's p-value over "
-             "the seeds, the seed as the unit).", "",
+             "the seeds, the seed as the unit; not adjusted over the sites). "
+             f"Ended at <= {DROPPED}: the sites whose final weight was {DROPPED} or less, in how many seeds.", "",
              "## Per held-out site (means over seeds)", "",
              f"| held-out | seeds | mean departure | sign persistence | gap lag-1 corr. | Dice - {control} | "
-             "largest final weight (seeds) | smallest mean gap (seeds) |", "|---|---|---|---|---|---|---|---|"]
+             f"largest final weight (seeds) | ended at <= {DROPPED} (seeds) | smallest mean gap (seeds) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         heaviest = ", ".join(f"{site} {n}" for site, n in s["heaviest"].items())
+        dropped = ", ".join(f"{site} {n}" for site, n in s["dropped"].items()) or "-"
         smallest = ", ".join(f"{site} {n}" for site, n in s["smallest_gap"].items()) or "-"
         lines.append(f"| {s['held_out']} | {s['seeds']} | {number(s['mean_departure'])} | "
                      f"{number(s['sign_persistence'])} | {number(s['lag1_correlation'])} | "
-                     f"{seed_difference(s['difference'])} | {heaviest} | {smallest} |")
+                     f"{seed_difference(s['difference'])} | {heaviest} | {dropped} | {smallest} |")
     lines += ["", "## Per run", "",
               f"| held-out | seed | rounds | final weights | mean departure | last departure | sign persistence | "
               f"gap lag-1 corr. | smallest mean gap | Dice - {control} |", "|---|---|---|---|---|---|---|---|---|---|"]

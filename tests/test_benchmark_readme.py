@@ -139,3 +139,47 @@ def test_a_page_that_is_missing_or_a_folder_is_named(tmp_path, capsys):
     assert main([str(tmp_path), "res"]) == 2
     assert "is a folder, not a page" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+GA_GAPS = """# What ga's weights did
+
+`python benchmarks/ga_gaps.py res` (generated from the folder's run.json files).
+
+Departure: max_i |a_i - 1/K|.
+
+## Per held-out site (means over seeds)
+
+| held-out | seeds | Dice - uniform |
+|---|---|---|
+| HK | 3 | -0.081 |
+
+## Per run
+
+| held-out | seed | final weights |
+|---|---|---|
+| HK | 0 | A 0.00, B 1.00 |
+"""
+
+
+def test_a_ga_gaps_block_quotes_the_legend_and_the_per_site_table_of_ga_gaps_md(tmp_path):
+    (tmp_path / "res").mkdir()
+    page = tmp_path / "benchmark.md"
+    page.write_text("GA:\n<!-- ga_gaps: res -->\n| HK | 3 | -0.050 |\n<!-- /results -->\nend\n")
+    with pytest.raises(ValueError, match=r"res/ga_gaps.md: no ga_gaps.md \(make it with python benchmarks/ga_gaps.py "
+                                         r"res\)"):
+        quote(page.read_text(), tmp_path, "res")
+    (tmp_path / "res" / "ga_gaps.md").write_text(GA_GAPS.split("## Per held-out")[0])  # no per-site table
+    with pytest.raises(ValueError, match="none of the sections the block '<!-- ga_gaps: res -->' quotes"):
+        quote(page.read_text(), tmp_path, "res")
+    (tmp_path / "res" / "ga_gaps.md").write_text(GA_GAPS)
+    assert main([str(page), "res", "--root", str(tmp_path), "--check"]) == 1  # the typed -0.050 is caught
+    assert main([str(page), "res", "--root", str(tmp_path)]) == 0
+    assert page.read_text() == ("GA:\n<!-- ga_gaps: res -->\nDeparture: max_i |a_i - 1/K|.\n\n"
+                                "| held-out | seeds | Dice - uniform |\n|---|---|---|\n| HK | 3 | -0.081 |\n"
+                                "<!-- /results -->\nend\n")  # no title, no per-run table
+
+
+def test_the_committed_benchmark_page_quotes_what_gas_weights_did_on_prostate():
+    page = PAGE.read_text()
+    assert "<!-- ga_gaps: benchmarks/results/loso_prostate_seeds -->" in page
+    assert main([str(PAGE), "benchmarks/results/loso_prostate_seeds", "--root", str(ROOT), "--check"]) == 0

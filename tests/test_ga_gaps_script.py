@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks.ga_gaps import (departure, diagnose, lag1_correlation, main, sign_persistence, smallest_mean_gap,
-                                weights_and_gaps)
+                                summarise, weights_and_gaps)
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNDUS = ROOT / "benchmarks" / "results" / "loso_fundus_seeds"
@@ -68,6 +68,30 @@ def test_on_the_committed_fundus_set(tmp_path):
     saved = json.loads((tmp_path / "ga_gaps.json").read_text())
     assert len(saved["runs"]) == len(rows) and (tmp_path / "ga_gaps.md").read_text().startswith("# What ga's")
     assert main([str(tmp_path), "--out", str(tmp_path / "x")]) == 2  # not a results folder
+
+
+def test_the_sites_whose_weight_ended_at_0_02_or_less_are_counted_as_the_table_prints_them():
+    """Final weights as the per-run table shows them (two decimals): 0.024 prints 0.02 and counts, 0.026 prints 0.03
+    and does not; per held-out site, each site counted once per seed."""
+    rows = [{"held_out": "HK", "seed": 0, "final_weights": {"A": 0.024, "B": 0.5, "C": 0.476},
+             "mean_departure": 0.1, "sign_persistence": 0.5, "lag1_correlation": 0.0, "smallest_mean_gap": "A"},
+            {"held_out": "HK", "seed": 1, "final_weights": {"A": 0.0, "B": 0.974, "C": 0.026},
+             "mean_departure": 0.2, "sign_persistence": 0.6, "lag1_correlation": 0.1, "smallest_mean_gap": "A"}]
+    (hk,) = summarise(rows, [], "ga", "uniform")
+    assert hk["dropped"] == {"A": 2} and hk["heaviest"] == {"B": 2} and hk["smallest_gap"] == {"A": 2}
+    assert hk["difference"] is None and hk["mean_departure"] == pytest.approx(0.15)
+
+
+@pytest.mark.parametrize("report", sorted((ROOT / "benchmarks" / "results").rglob("ga_gaps.md")),
+                         ids=lambda p: str(p.parent.relative_to(ROOT / "benchmarks" / "results")))
+def test_each_committed_ga_gaps_report_is_what_the_script_writes_from_its_folder(tmp_path, report):
+    """The page quotes these files (``<!-- ga_gaps: FOLDER -->``): a GA run added to a folder without running the
+    script again fails here. The file's own command is run again, into a temporary folder."""
+    command = report.read_text().split("`python benchmarks/ga_gaps.py ", 1)[1].split("`", 1)[0].split()
+    assert main([str(ROOT / a) if a.startswith("benchmarks/") else a for a in command] + ["--out", str(tmp_path)]) == 0
+    fresh, committed = (tmp_path / "ga_gaps.md").read_text(), report.read_text()
+    without_command = [t.split("\n", 3)[3] for t in (fresh, committed)]  # line 3 names the command and its --out
+    assert without_command[0] == without_command[1], f"{report}: run its command again (line 3 of the file)"
 
 
 def test_controls_from_another_folder_are_paired_by_seed(tmp_path):

@@ -15,8 +15,11 @@ the baselines with their intervals and the generated sentences on what the evide
 ``results.md``), under the protocol line, the note on how to read them and the runs still to run. A block opened by
 ``<!-- verdicts: FOLDER -->`` instead holds only the generated sentences (what they rest on and cost, then one
 verdict per method and baseline): the front page's headline
-(``python -m feddg.benchmark.readme README.md benchmarks/results/loso_fundus_seeds``). ``--check`` rewrites nothing and
-exits 1 when a block differs from what its folder gives (the test suite runs it on the committed page and README).
+(``python -m feddg.benchmark.readme README.md benchmarks/results/loso_fundus_seeds``). A block opened by
+``<!-- ga_gaps: FOLDER -->`` holds what GA's weights did at each held-out site, from the folder's ``ga_gaps.md``
+(written by ``python benchmarks/ga_gaps.py FOLDER``; its per-run table stays in the file). ``--check`` rewrites
+nothing and exits 1 when a block differs from what its folder gives (the test suite runs it on the committed page
+and README).
 """
 
 from __future__ import annotations
@@ -24,14 +27,16 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-OPEN = "<!-- {kind}: {folder} -->"  # kind: "results" (the tables) or "verdicts" (the front page's headline)
+OPEN = "<!-- {kind}: {folder} -->"  # kind: a key of BLOCKS
 CLOSE = "<!-- /results -->"
-OPENER = re.compile(r"<!-- (?:results|verdicts): ")  # the start of any block
 QUOTED = ("Dice", "Seed values", "What the evidence")  # the sections of results.md the page quotes, by the start
 # of their title
 VERDICTS = "What the evidence"  # the section of generated sentences, quoted alone in a verdicts block
+BY_SITE = "## Per held-out site"  # the per-site table of benchmarks/ga_gaps.py's ga_gaps.md
 
 
 def dice_sections(results_md: str) -> str:
@@ -50,14 +55,42 @@ def verdicts(results_md: str) -> str:
     return "\n\n".join(s.split("\n", 1)[1].strip() for s in sections if s[4:].startswith(VERDICTS)).strip()
 
 
-BLOCKS = {"results": dice_sections, "verdicts": verdicts}  # block kind -> what of results.md it quotes
+def weights_by_site(ga_gaps_md: str) -> str:
+    """What GA's weights did, per held-out site, from a folder's ``ga_gaps.md`` (``python benchmarks/ga_gaps.py
+    FOLDER``): the legend of its columns and the table of :data:`BY_SITE`, without its title (the page's own section
+    gives it one) and without the per-run table."""
+    if BY_SITE not in ga_gaps_md:
+        return ""
+    legend = next((p for p in ga_gaps_md.split("\n\n") if p.startswith("Departure:")), "")
+    table = ga_gaps_md.split(BY_SITE, 1)[1].split("\n## ", 1)[0].split("\n", 1)[1].strip()
+    return "\n\n".join(part for part in (legend.strip(), table) if part)
+
+
+@dataclass(frozen=True)
+class Block:
+    """What a block of one kind quotes: ``extract`` of the folder's generated file ``source``, which ``made_by``
+    writes; ``expects`` names what ``extract`` looks for, for the error when a file has none of it."""
+
+    source: str
+    extract: Callable[[str], str]
+    made_by: str
+    expects: str
+
+
+BLOCKS = {  # block kind -> what it quotes
+    "results": Block("results.md", dice_sections, "feddg benchmark --out {folder}",
+                     f"### {' / '.join(QUOTED)} ..."),
+    "verdicts": Block("results.md", verdicts, "feddg benchmark --out {folder}", f"### {VERDICTS} ..."),
+    "ga_gaps": Block("ga_gaps.md", weights_by_site, "python benchmarks/ga_gaps.py {folder}", BY_SITE),
+}
+OPENER = re.compile(r"<!-- (?:" + "|".join(BLOCKS) + r"): ")  # the start of any block
 
 
 def quote(readme: str, root: Path, folder: str) -> str:
-    """The page text ``readme`` with every block of ``folder`` (a path relative to ``root``; a ``results`` block,
-    a ``verdicts`` block or both) rewritten from its results.md."""
+    """The page text ``readme`` with every block of ``folder`` (a path relative to ``root``; blocks of any kinds of
+    :data:`BLOCKS`) rewritten from the folder's generated files."""
     blocks = []
-    for kind, extract in BLOCKS.items():
+    for kind, block in BLOCKS.items():
         start = OPEN.format(kind=kind, folder=folder)
         at = readme.find(start)
         while at >= 0:
@@ -69,20 +102,24 @@ def quote(readme: str, root: Path, folder: str) -> str:
                 line = readme.count("\n", 0, at) + 1
                 raise ValueError(f"line {line}: the block {start!r} has no closing {CLOSE!r} before the next block "
                                  f"or the end of the page; nothing was rewritten")
-            blocks.append((at, stop, start, extract))
+            blocks.append((at, stop, start, block))
             at = readme.find(start, stop)
     if not blocks:
         starts = " or ".join(repr(OPEN.format(kind=kind, folder=folder)) for kind in BLOCKS)
         raise ValueError(f"the page has no block {starts} ... {CLOSE!r} to write {folder}'s tables into")
-    results = root / folder / "results.md"
-    if not results.is_file():
-        raise ValueError(f"{results}: no results.md (run the benchmark into {folder} first)")
-    text = results.read_text()
-    for at, stop, start, extract in sorted(blocks, key=lambda block: -block[0]):  # from the end: offsets hold
-        quoted = extract(text)
-        if not quoted:  # an empty or truncated results.md: never an empty block that reads as "no results"
-            raise ValueError(f"{results}: none of the sections the block {start!r} quotes (### {' / '.join(QUOTED)}"
-                             f" ...); regenerate it with feddg benchmark; nothing was rewritten")
+    texts: dict[str, str] = {}
+    for *_, block in blocks:  # every file read, and checked, before anything is rewritten
+        path = root / folder / block.source
+        if block.source not in texts:
+            if not path.is_file():
+                raise ValueError(f"{path}: no {block.source} (make it with {block.made_by.format(folder=folder)})")
+            texts[block.source] = path.read_text()
+    for at, stop, start, block in sorted(blocks, key=lambda found: -found[0]):  # from the end: offsets hold
+        quoted = block.extract(texts[block.source])
+        if not quoted:  # an empty or truncated file: never an empty block that reads as "no results"
+            raise ValueError(f"{root / folder / block.source}: none of the sections the block {start!r} quotes "
+                             f"({block.expects}); regenerate it with {block.made_by.format(folder=folder)}; "
+                             f"nothing was rewritten")
         readme = readme[:at] + f"{start}\n{quoted}\n" + readme[stop:]
     return readme
 
