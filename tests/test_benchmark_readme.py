@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from feddg.benchmark.readme import dice_sections, main, quote
+from feddg.benchmark.readme import dice_sections, main, quote, weights_by_site
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "benchmark.md"
@@ -177,9 +177,18 @@ def test_a_ga_gaps_block_quotes_the_legend_and_the_per_site_table_of_ga_gaps_md(
     assert page.read_text() == ("GA:\n<!-- ga_gaps: res -->\nDeparture: max_i |a_i - 1/K|.\n\n"
                                 "| held-out | seeds | Dice - uniform |\n|---|---|---|\n| HK | 3 | -0.081 |\n"
                                 "<!-- /results -->\nend\n")  # no title, no per-run table
+    # The legend is the paragraph above the table, whatever its words; a file without one quotes the table alone.
+    (tmp_path / "res" / "ga_gaps.md").write_text(GA_GAPS.replace("Departure: max_i |a_i - 1/K|.", "Columns: x."))
+    assert weights_by_site((tmp_path / "res" / "ga_gaps.md").read_text()).startswith("Columns: x.\n\n| held-out")
+    assert weights_by_site(GA_GAPS.replace("Departure: max_i |a_i - 1/K|.\n\n", "")).startswith("| held-out")
 
 
 def test_the_committed_benchmark_page_quotes_what_gas_weights_did_on_prostate():
+    # The page's --check (the test above) holds the block to the file; this holds the block to what GA's section
+    # needs: the columns' legend and the per-site table, not an empty or title-only quote.
     page = PAGE.read_text()
-    assert "<!-- ga_gaps: benchmarks/results/loso_prostate_seeds -->" in page
-    assert main([str(PAGE), "benchmarks/results/loso_prostate_seeds", "--root", str(ROOT), "--check"]) == 0
+    start = "<!-- ga_gaps: benchmarks/results/loso_prostate_seeds -->"
+    assert start in page
+    block = page.split(start, 1)[1].split("<!-- /results -->", 1)[0]
+    assert block.lstrip().startswith("Departure: max_i |a_i - 1/K|")
+    assert "| held-out | seeds | mean departure |" in block and "| BIDMC |" in block

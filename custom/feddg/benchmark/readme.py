@@ -61,8 +61,11 @@ def weights_by_site(ga_gaps_md: str) -> str:
     gives it one) and without the per-run table."""
     if BY_SITE not in ga_gaps_md:
         return ""
-    legend = next((p for p in ga_gaps_md.split("\n\n") if p.startswith("Departure:")), "")
-    table = ga_gaps_md.split(BY_SITE, 1)[1].split("\n## ", 1)[0].split("\n", 1)[1].strip()
+    above, below = ga_gaps_md.split(BY_SITE, 1)
+    legend = above.strip().rsplit("\n\n", 1)[-1]  # the paragraph right above the table's title
+    if legend.startswith(("#", "`")):  # the file's title or its command line: a file written without a legend
+        legend = ""
+    table = below.split("\n## ", 1)[0].split("\n", 1)[1].strip()
     return "\n\n".join(part for part in (legend.strip(), table) if part)
 
 
@@ -109,8 +112,8 @@ def quote(readme: str, root: Path, folder: str) -> str:
         raise ValueError(f"the page has no block {starts} ... {CLOSE!r} to write {folder}'s tables into")
     texts: dict[str, str] = {}
     for *_, block in blocks:  # every file read, and checked, before anything is rewritten
-        path = root / folder / block.source
         if block.source not in texts:
+            path = root / folder / block.source
             if not path.is_file():
                 raise ValueError(f"{path}: no {block.source} (make it with {block.made_by.format(folder=folder)})")
             texts[block.source] = path.read_text()
