@@ -178,14 +178,14 @@ def test_a_ga_gaps_block_quotes_the_legend_and_the_per_site_table_of_ga_gaps_md(
                                 "| held-out | seeds | Dice - uniform |\n|---|---|---|\n| HK | 3 | -0.081 |\n"
                                 "<!-- /results -->\nend\n")  # no title, no per-run table
     # The legend is the paragraph above the table, whatever its words; a file without one quotes the table alone.
-    (tmp_path / "res" / "ga_gaps.md").write_text(GA_GAPS.replace("Departure: max_i |a_i - 1/K|.", "Columns: x."))
-    assert weights_by_site((tmp_path / "res" / "ga_gaps.md").read_text()).startswith("Columns: x.\n\n| held-out")
+    assert weights_by_site(GA_GAPS.replace("Departure: max_i |a_i - 1/K|.", "Columns: x.")).startswith(
+        "Columns: x.\n\n| held-out")
     assert weights_by_site(GA_GAPS.replace("Departure: max_i |a_i - 1/K|.\n\n", "")).startswith("| held-out")
 
 
 def test_the_committed_benchmark_page_quotes_what_gas_weights_did_on_prostate():
-    # The page's --check (the test above) holds the block to the file; this holds the block to what GA's section
-    # needs: the columns' legend and the per-site table, not an empty or title-only quote.
+    # The page's --check (test_the_committed_benchmark_page_quotes_the_committed_result_sets) holds the block to
+    # the file; this holds it to what GA's section needs: the legend and the per-site table, not an empty quote.
     page = PAGE.read_text()
     start = "<!-- ga_gaps: benchmarks/results/loso_prostate_seeds -->"
     assert start in page
