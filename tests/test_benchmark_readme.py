@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from feddg.benchmark.readme import dice_sections, main, quote, weights_by_site
+from feddg.benchmark.readme import CLOSE, OPEN, dice_sections, main, quote, weights_by_site
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "benchmark.md"
@@ -187,8 +187,8 @@ def test_the_committed_benchmark_page_quotes_what_gas_weights_did_on_prostate():
     # The page's --check (test_the_committed_benchmark_page_quotes_the_committed_result_sets) holds the block to
     # the file; this holds it to what GA's section needs: the legend and the per-site table, not an empty quote.
     page = PAGE.read_text()
-    start = "<!-- ga_gaps: benchmarks/results/loso_prostate_seeds -->"
+    start = OPEN.format(kind="ga_gaps", folder="benchmarks/results/loso_prostate_seeds")
     assert start in page
-    block = page.split(start, 1)[1].split("<!-- /results -->", 1)[0]
+    block = page.split(start, 1)[1].split(CLOSE, 1)[0]
     assert block.lstrip().startswith("Departure: max_i |a_i - 1/K|")
     assert "| held-out | seeds | mean departure |" in block and "| BIDMC |" in block
