@@ -20,6 +20,7 @@ from feddg.flare.elcfs.payloads import ELCFSTask, amplitude_window_dxo
 from feddg.methods.frequency import amplitude_window
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
+from tests.flare.envelope import assert_envelope_enforced
 from tests.flare.fl_context import make_context
 
 IMAGE = np.random.default_rng(0).normal(size=(1, 1, 32, 32)).astype(np.float32)
@@ -94,6 +95,11 @@ def test_everything_else_is_blocked_with_a_log_line(setup, caplog):
         with caplog.at_level(logging.ERROR), pytest.raises(ContentBlockedException):
             _run(fl_ctx, shareable, task)
         assert f"site policy: task {task}: blocked the result leaving the site" in caplog.text, name
+
+
+def test_extra_top_level_keys_and_arrays_in_headers_are_blocked(setup):
+    fl_ctx, weights = setup
+    assert_envelope_enforced(lambda s: _run(fl_ctx, s, FedDGTask.TRAIN), lambda: _train_result(weights))
 
 
 def test_parameter_budget(setup):
