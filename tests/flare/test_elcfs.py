@@ -8,10 +8,8 @@ import logging
 
 import numpy as np
 import pytest
-from nvflare.apis.client import Client
-from nvflare.apis.controller_spec import ClientTask
 from nvflare.apis.dxo import DXO, DataKind, from_shareable
-from nvflare.apis.fl_constant import FilterKey, FLContextKey, ReturnCode
+from nvflare.apis.fl_constant import ReturnCode
 from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 
@@ -24,6 +22,7 @@ from feddg.flare.elcfs.payloads import AMPLITUDE_WINDOW, ELCFSTask, amplitude_ba
 from feddg.flare.executor import STATE_DIR
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
+from tests.flare.federation import Federation
 from tests.flare.fl_context import make_context
 
 TRAIN_SITES = ["BIDMC", "BMC", "HK", "I2CVB", "UCL"]
@@ -122,34 +121,12 @@ def test_training_needs_the_bank_and_then_runs_episodic_steps(tmp_path, exp, cap
 
 
 # ---------------------------------------------------------------------- the server workflow
-class _Federation:
-    """Routes the workflow's broadcasts to real site executors, through each site's AmplitudeWindowFilter."""
-
-    def __init__(self, tmp_path, exp, misbehave=None):
-        self.sites = {s: make_context(tmp_path / s, s, exp)[0] for s in TRAIN_SITES}
-        self.misbehave = misbehave or {}
-        self.targets = []
-
-    def broadcast_and_wait(self, task, fl_ctx, targets, min_responses, abort_signal=None, **_):
-        self.targets.append(list(targets))
-        for site in targets:
-            ctx = self.sites[site]
-            ctx.set_prop(FLContextKey.TASK_NAME, task.name, private=True, sticky=False)
-            guard = AmplitudeWindowFilter(max_half_width=1)
-            ctx.set_prop(FLContextKey.FILTER_DIRECTION, FilterKey.IN, private=True, sticky=False)
-            data = guard.process(task.data, ctx)
-            result = ELCFSExecutor().execute(task.name, data, ctx, Signal())
-            if task.name == ELCFSTask.AMPLITUDE_SPECTRA and site in self.misbehave:
-                result = self.misbehave[site](result)
-            ctx.set_prop(FLContextKey.FILTER_DIRECTION, FilterKey.OUT, private=True, sticky=False)
-            try:
-                result = guard.process(result, ctx)
-            except Exception:  # what NVFlare's client runner does when a result filter blocks
-                result = Shareable()
-                result.set_return_code(ReturnCode.TASK_RESULT_FILTER_ERROR)
-            client_task = ClientTask(Client(site, None), task)
-            client_task.result = result
-            task.client_tasks.append(client_task)
+def _federation(tmp_path, exp, tamper=None) -> Federation:
+    """The training sites' real executors, each behind its AmplitudeWindowFilter both ways."""
+    return Federation({s: make_context(tmp_path / s, s, exp)[0] for s in TRAIN_SITES}, ELCFSExecutor,
+                      in_filters=lambda: [AmplitudeWindowFilter(max_half_width=1)],
+                      out_filters=lambda: [AmplitudeWindowFilter(max_half_width=1)],
+                      tampered_task=ELCFSTask.AMPLITUDE_SPECTRA, tamper=tamper)
 
 
 def _workflow(tmp_path, exp, federation):
@@ -163,11 +140,12 @@ def _workflow(tmp_path, exp, federation):
 
 
 def test_exchange_builds_the_bank_and_every_training_site_stores_the_others(tmp_path, exp):
-    fed = _Federation(tmp_path, exp)
+    fed = _federation(tmp_path, exp)
     wf, fl_ctx = _workflow(tmp_path, exp, fed)
     wf.control_flow(Signal(), fl_ctx)
     assert wf.panics == []
-    assert fed.targets == [TRAIN_SITES, TRAIN_SITES]  # the unseen site RUNMC is never asked
+    assert fed.targets == [(ELCFSTask.AMPLITUDE_SPECTRA, TRAIN_SITES),  # the unseen site RUNMC is never asked
+                           (ELCFSTask.AMPLITUDE_BANK, TRAIN_SITES)]
     for site, ctx in fed.sites.items():
         run_dir = ctx.get_engine().get_workspace().get_run_dir(ctx.get_job_id())
         with np.load(f"{run_dir}/{STATE_DIR}/{BANK_FILE}") as f:
@@ -180,7 +158,7 @@ def test_a_site_whose_result_is_blocked_is_left_out_with_a_warning(tmp_path, exp
         dxo.data["amplitude_window"] = np.random.default_rng(0).normal(size=(3, 1, 32, 32)).astype(np.float32)
         return dxo.to_shareable()
 
-    fed = _Federation(tmp_path, exp, misbehave={"HK": send_raw_images})
+    fed = _federation(tmp_path, exp, tamper={"HK": send_raw_images})
     wf, fl_ctx = _workflow(tmp_path, exp, fed)
     with caplog.at_level(logging.WARNING):
         wf.control_flow(Signal(), fl_ctx)
@@ -193,7 +171,7 @@ def test_a_site_whose_result_is_blocked_is_left_out_with_a_warning(tmp_path, exp
 
 def test_fewer_than_two_contributing_sites_stop_the_job_before_training(tmp_path, exp):
     blocked = {s: (lambda r: DXO(DataKind.WEIGHTS, {"w": np.zeros(1)}).to_shareable()) for s in TRAIN_SITES[1:]}
-    fed = _Federation(tmp_path, exp, misbehave=blocked)
+    fed = _federation(tmp_path, exp, tamper=blocked)
     wf, fl_ctx = _workflow(tmp_path, exp, fed)
     wf.control_flow(Signal(), fl_ctx)
     assert len(wf.panics) == 1 and "only ['BIDMC'] contributed" in wf.panics[0]
@@ -202,7 +180,7 @@ def test_fewer_than_two_contributing_sites_stop_the_job_before_training(tmp_path
 
 def test_a_job_with_one_training_site_stops_with_a_clear_message(tmp_path, exp):
     exp["data"]["sites"] = ["BIDMC", "RUNMC"]
-    fed = _Federation(tmp_path, exp)
+    fed = _federation(tmp_path, exp)
     wf, fl_ctx = _workflow(tmp_path, exp, fed)
     wf.control_flow(Signal(), fl_ctx)
     assert "at least two training sites" in wf.panics[0] and fed.targets == []

@@ -9,11 +9,8 @@ import logging
 import numpy as np
 import pytest
 import torch
-from nvflare.apis.client import Client
-from nvflare.apis.controller_spec import ClientTask
 from nvflare.apis.dxo import DXO, DataKind, from_shareable
 from nvflare.apis.fl_constant import FilterKey, FLContextKey, ReturnCode
-from nvflare.apis.shareable import Shareable
 from nvflare.apis.signal import Signal
 from nvflare.app_common.abstract.model import make_model_learnable
 
@@ -39,6 +36,7 @@ from feddg.methods.mla.attention import train_domain_attention
 from feddg.methods.mla.encoders import build_feature_encoder, encode
 from feddg.nets.unet import build_model
 from tests.conftest import tiny_experiment
+from tests.flare.federation import Federation
 from tests.flare.fl_context import make_context
 
 TRAIN_SITES = ["BIDMC", "BMC", "HK", "I2CVB", "UCL"]
@@ -177,33 +175,13 @@ def test_a_broken_bundle_is_refused_with_the_reason(tmp_path, exp, bundle, caplo
 
 
 # ---------------------------------------------------------------------- the server workflow
-class _Federation:
-    """Routes the workflow's broadcasts to real MLA executors, through each site's FeatureMatrixFilter."""
-
-    def __init__(self, tmp_path, exp, misbehave=None):
-        self.sites = {s: make_context(tmp_path / s, s, exp)[0] for s in ALL_SITES}
-        self.width = mla_feature_width(experiment_from_dict(exp))
-        self.misbehave = misbehave or {}
-        self.targets = []
-
-    def broadcast_and_wait(self, task, fl_ctx, targets, min_responses, abort_signal=None, **_):
-        self.targets.append((task.name, list(targets)))
-        for site in targets:
-            ctx = self.sites[site]
-            ctx.set_prop(FLContextKey.TASK_NAME, task.name, private=True, sticky=False)
-            result = MLAExecutor().execute(task.name, task.data, ctx, Signal())
-            if task.name == MLATask.MLA_FEATURES and site in self.misbehave:
-                result = self.misbehave[site](result)
-            ctx.set_prop(FLContextKey.FILTER_DIRECTION, FilterKey.OUT, private=True, sticky=False)
-            try:  # the site's own policy first (privacy.json), then the job's filter, as NVFlare runs them
-                result = SiteEgressFilter().process(result, ctx)
-                result = FeatureMatrixFilter(max_width=self.width).process(result, ctx)
-            except Exception:  # what NVFlare's client runner does when a result filter blocks
-                result = Shareable()
-                result.set_return_code(ReturnCode.TASK_RESULT_FILTER_ERROR)
-            client_task = ClientTask(Client(site, None), task)
-            client_task.result = result
-            task.client_tasks.append(client_task)
+def _federation(tmp_path, exp, tamper=None) -> Federation:
+    """Every site's real MLA executor; a result passes the site's own policy (privacy.json) first, then the job's
+    FeatureMatrixFilter, as NVFlare runs them."""
+    width = mla_feature_width(experiment_from_dict(exp))
+    return Federation({s: make_context(tmp_path / s, s, exp)[0] for s in ALL_SITES}, MLAExecutor,
+                      in_filters=list, out_filters=lambda: [SiteEgressFilter(), FeatureMatrixFilter(max_width=width)],
+                      tampered_task=MLATask.MLA_FEATURES, tamper=tamper)
 
 
 class _Persistor:
@@ -240,7 +218,7 @@ def _report(run_dir):
 
 def test_the_workflow_builds_the_bank_trains_the_attention_writes_the_bundle_and_evaluates_everywhere(
         tmp_path, exp, capsys):
-    fed = _Federation(tmp_path, exp)
+    fed = _federation(tmp_path, exp)
     wf, fl_ctx, run_dir = _server(tmp_path, exp, fed)
     wf.control_flow(Signal(), fl_ctx)
     assert fed.targets == [(MLATask.MLA_FEATURES, TRAIN_SITES), (MLATask.MLA_EVALUATE, ALL_SITES)]
@@ -272,7 +250,7 @@ def test_a_site_sending_no_features_is_left_out_of_the_attention_and_the_combina
         dxo.meta.update(num_images=3, width=32 * 32)
         return dxo.to_shareable()
 
-    fed = _Federation(tmp_path, exp, misbehave={"HK": send_raw_images})
+    fed = _federation(tmp_path, exp, tamper={"HK": send_raw_images})
     wf, fl_ctx, run_dir = _server(tmp_path, exp, fed)
     with caplog.at_level(logging.WARNING):
         wf.control_flow(Signal(), fl_ctx)
@@ -286,7 +264,7 @@ def test_a_site_sending_no_features_is_left_out_of_the_attention_and_the_combina
 
 
 def test_a_site_that_did_not_opt_in_is_named_and_never_asked(tmp_path, exp, caplog):
-    fed = _Federation(tmp_path, exp)
+    fed = _federation(tmp_path, exp)
     wf, fl_ctx, run_dir = _server(tmp_path, exp, fed, kept=["BIDMC", "BMC", "HK", "I2CVB"], declined=["UCL"])
     with caplog.at_level(logging.WARNING):
         wf.control_flow(Signal(), fl_ctx)
@@ -300,11 +278,11 @@ def test_a_site_that_did_not_opt_in_is_named_and_never_asked(tmp_path, exp, capl
 @pytest.mark.parametrize("case", ["one kept model", "one site with features"])
 def test_fewer_than_two_usable_sites_skip_mla_and_keep_the_fedavg_report(tmp_path, exp, caplog, capsys, case):
     if case == "one kept model":
-        fed = _Federation(tmp_path, exp)
+        fed = _federation(tmp_path, exp)
         wf, fl_ctx, run_dir = _server(tmp_path, exp, fed, kept=["BMC"], declined=["BIDMC", "HK", "I2CVB", "UCL"])
     else:
         blocked = {s: (lambda r: DXO(DataKind.WEIGHTS, {"w": np.zeros(1)}).to_shareable()) for s in TRAIN_SITES[1:]}
-        fed = _Federation(tmp_path, exp, misbehave=blocked)
+        fed = _federation(tmp_path, exp, tamper=blocked)
         wf, fl_ctx, run_dir = _server(tmp_path, exp, fed)
     wf.panics = []
     wf.system_panic = lambda reason, _ctx: wf.panics.append(reason)
@@ -320,7 +298,7 @@ def test_fewer_than_two_usable_sites_skip_mla_and_keep_the_fedavg_report(tmp_pat
 
 def test_the_global_encoder_comes_from_the_persistors_final_model(tmp_path, exp):
     exp["mla"]["encoder"] = "global"
-    fed = _Federation(tmp_path, exp)
+    fed = _federation(tmp_path, exp)
     wf, fl_ctx, run_dir = _server(tmp_path, exp, fed, kept=["BIDMC", "BMC"], persistor=_Persistor(_weights(exp, 7)))
     wf.control_flow(Signal(), fl_ctx)
     bundle = load_bundle(run_dir / "mla_bundle")
@@ -332,7 +310,7 @@ def test_the_global_encoder_comes_from_the_persistors_final_model(tmp_path, exp)
 
 def test_the_global_encoder_without_a_final_model_skips_mla(tmp_path, exp, caplog):
     exp["mla"]["encoder"] = "global"
-    fed = _Federation(tmp_path, exp)
+    fed = _federation(tmp_path, exp)
     wf, fl_ctx, run_dir = _server(tmp_path, exp, fed, persistor=None)
     with caplog.at_level(logging.WARNING):
         wf.control_flow(Signal(), fl_ctx)
