@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-HEAVY = ("torch", "nvflare", "monai", "ray")  # seconds to import; none is needed to print a command's options
+from tests.imports import HEAVY, heavy_imports  # none of HEAVY is needed to print a command's options
+
 
 # Runs `feddg ARGS...` as the console script does, then prints the heavy packages loaded by then as one JSON line.
 PROBE = """
@@ -59,3 +60,10 @@ def test_the_probe_sees_a_heavy_import():
                                                                 "from feddg.cli import main\nimport monai"),
                            json.dumps(HEAVY), "--help"], capture_output=True, text=True, timeout=120)
     assert '"monai"' in proc.stdout and '"torch"' in proc.stdout  # MONAI brings torch with it
+
+
+def test_heavy_imports_sees_a_heavy_import():
+    """The helper the registry's and the sweep options' import tests use can fail: an import it must see is seen."""
+    assert heavy_imports("import json") == []
+    assert heavy_imports("import monai") == ["monai", "torch"]  # MONAI brings torch with it
+
