@@ -1,8 +1,10 @@
 """Does a run repeat bit for bit on this machine's CPU family? Two tiny jobs (fundus and prostate FedAvg, one round
 of one epoch at 32 px), run with the benchmark's CPU numerics (``feddg.benchmark.cells.SWEEP_CPU_PIN``): the
 SHA-256 of the final global model's weights and every per-case score, written as a reference with the CPU that made
-them and its numbers family (:func:`feddg.numerics.numbers_family`: the CPU's maker and kernels), and re-run and
-compared on any machine.
+them and its numbers family (:func:`feddg.numerics.numbers_family`: the CPU's maker, kernels, generation and
+caches), and re-run and compared on any machine. The references written before the CPU's generation and caches were
+recorded (no ``signature``) name a maker and kernels only: two AMD EPYC machines without AVX-512 did not repeat each
+other's prostate runs (docs/benchmark.md), so such a reference is checked for information only.
 
     python benchmarks/cpu_reference.py --write      # this machine's reference: benchmarks/results/cpu_reference/
     python benchmarks/cpu_reference.py --check      # re-run here, compare with the reference of this family
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -34,7 +37,8 @@ from feddg.benchmark.cells import SWEEP_CPU_PIN
 from feddg.benchmark.launch import SERVER_RUN
 from feddg.benchmark.protocol import first_difference
 from feddg.benchmark.reproduce import case_scores_of
-from feddg.numerics import CPU_PIN_MODES, cpu_flags, cpu_model, host_family, numbers_family, pinned_environment
+from feddg.numerics import (CPU_PIN_MODES, cpu_flags, cpu_model, cpu_signature, host_family, numbers_family,
+                            pinned_environment)
 from feddg.report import REPORT_FILE, code_fingerprint
 from feddg.resume import CHECKPOINT
 
@@ -62,8 +66,9 @@ def family_here(pin: str = PIN) -> str:
 
 
 def reference_path(family: str) -> Path:
-    """Where the reference of ``family`` lives: ``AMD avx2`` -> ``cpu_reference/AMD-avx2.json``."""
-    return REFERENCES / f"{family.replace(' ', '-')}.json"
+    """Where the reference of ``family`` lives: ``AMD avx2`` -> ``cpu_reference/AMD-avx2.json``, ``AMD avx2 [23/49
+    L1d 32K L2 512K L3 16M]`` -> ``cpu_reference/AMD-avx2-23-49-L1d-32K-L2-512K-L3-16M.json``."""
+    return REFERENCES / f"{'-'.join(re.findall(r'[A-Za-z0-9.]+', family))}.json"
 
 
 def weights_digest(checkpoint: Path) -> str:
@@ -103,7 +108,8 @@ def run_job(job: str, overrides: list[str], workdir: Path, pin: str = PIN) -> di
 
 def measure(workdir: Path) -> dict[str, Any]:
     """This machine's reference: every job's per-case scores and what made them."""
-    return {"cpu": cpu_model(), "cpu_kind": cpu_kind(), "cpu_pin": PIN, "family": family_here(),
+    return {"cpu": cpu_model(), "cpu_kind": cpu_kind(), "cpu_pin": PIN, "signature": cpu_signature(),
+            "family": family_here(),
             "code": code_fingerprint(),
             "command": "python benchmarks/cpu_reference.py --write",
             "jobs": {job: {"overrides": overrides, **run_job(job, overrides, workdir)}
@@ -148,9 +154,13 @@ def read_reference(path: Path) -> dict[str, Any]:
             raise ValueError(f"{path}: no {key!r} ({kind.__name__})")
     if data["cpu_pin"] not in CPU_PIN_MODES:
         raise ValueError(f"{path}: 'cpu_pin' is {data['cpu_pin']!r}, not one of {', '.join(CPU_PIN_MODES)}")
-    family = numbers_family(data["cpu"], data["cpu_pin"], data["cpu_kind"] == "avx512")
+    signature = data.get("signature")  # absent in a reference written before signatures were recorded
+    if signature is not None and not (isinstance(signature, str) and signature.strip()):
+        raise ValueError(f"{path}: 'signature' is {signature!r}, not a CPU signature (feddg.numerics.cpu_signature)")
+    family = numbers_family(data["cpu"], data["cpu_pin"], data["cpu_kind"] == "avx512", signature)
     if data["family"] != family:
-        raise ValueError(f"{path}: 'family' is {data['family']!r}, but its cpu, cpu_kind and cpu_pin make {family!r}")
+        raise ValueError(f"{path}: 'family' is {data['family']!r}, but its cpu, cpu_kind, cpu_pin and signature make "
+                         f"{family!r}")
     for job, entry in data["jobs"].items():
         if job not in JOBS or not isinstance(entry, dict) or entry.get("overrides") != JOBS[job]:
             raise ValueError(f"{path}: jobs.{job} is not one of this script's jobs with its overrides "

@@ -19,7 +19,8 @@ def scored_report(held_out: str, scores: Sequence[float]) -> dict:
 
 class FakeExecutor(CellExecutor):
     """Records the run ids it was given in ``ran`` (with the results folder's name when ``with_folder``); its runs
-    record ``cpu`` as the CPU they were made on and ``avx512`` as its flag, when given; ``scores``: every run's
+    record ``cpu`` as the CPU they were made on, ``avx512`` as its flag and ``signature`` as its generation and
+    caches (:func:`feddg.numerics.cpu_signature`), when given; ``scores``: every run's
     per-case scores, or method -> that method's; ``here``: it stands for an executor of this host; ``history``: the
     reports' rounds (``[{"round": 0, "sites": [...]}]``), none when not given."""
 
@@ -27,11 +28,13 @@ class FakeExecutor(CellExecutor):
 
     def __init__(self, ran: list, status: str = "ok", scores: Sequence[float] | dict[str, Sequence[float]] | None = None,
                  with_folder: bool = False, error: Exception | None = None, cpu: str | None = None,
-                 avx512: bool | None = None, here: bool = False, history: list[dict] | None = None) -> None:
+                 avx512: bool | None = None, here: bool = False, history: list[dict] | None = None,
+                 signature: str | None = None) -> None:
         self.ran, self.status, self.scores, self.with_folder, self.error = ran, status, scores, with_folder, error
         self.history = history
         self.where = {"executor": self.name, **({"cpu": cpu} if cpu else {}),
-                      **({"avx512": avx512} if avx512 is not None else {})}
+                      **({"avx512": avx512} if avx512 is not None else {}),
+                      **({"cpu_signature": signature} if signature else {})}
         self.runs_here = here  # a stand-in for this host's executor: the sweep then knows its runs' CPU family
 
     def run_cells(self, cells: Sequence[Cell], on_done: OnDone, report: Report = print) -> None:

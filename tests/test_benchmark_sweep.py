@@ -180,9 +180,10 @@ def test_a_protocol_under_which_a_method_would_not_act_is_refused_before_any_run
         plan(Protocol("fundus", {"train": {"rounds": 1}}), ["fedavg", "ga"], ["Domain1"], [0])
 
 
-def _fake_executor(monkeypatch, sweep_module, code: str, scores=(0.8, 0.6), ran=None, cpu=None, avx512=None):
+def _fake_executor(monkeypatch, sweep_module, code: str, scores=(0.8, 0.6), ran=None, cpu=None, avx512=None,
+                   signature=None):
     """The sweep's runs "end" at once with ``scores`` as the held-out site's per-case scores, made by ``code`` (on
-    ``cpu``, when given: then as this host's runs, on a host with that CPU and ``avx512``)."""
+    ``cpu``, when given: then as this host's runs, on a host with that CPU, ``avx512`` and CPU ``signature``)."""
     import feddg.numerics
     import feddg.report
     from tests.fake_executor import FakeExecutor
@@ -191,9 +192,10 @@ def _fake_executor(monkeypatch, sweep_module, code: str, scores=(0.8, 0.6), ran=
     if cpu is not None:
         monkeypatch.setattr(feddg.numerics, "cpu_model", lambda: cpu)
         monkeypatch.setattr(feddg.numerics, "cpu_flags", lambda: {"avx512f"} if avx512 else set())
+        monkeypatch.setattr(feddg.numerics, "cpu_signature", lambda: signature)
     monkeypatch.setattr(sweep_module, "LocalExecutor",
                         lambda: FakeExecutor([] if ran is None else ran, scores=scores, with_folder=True, cpu=cpu,
-                                             avx512=avx512, here=cpu is not None))
+                                             avx512=avx512, here=cpu is not None, signature=signature))
 
 
 def test_runs_of_other_code_are_refused_and_a_reproduce_check_with_identical_scores_admits_the_new_code(
@@ -276,6 +278,65 @@ def test_a_sweep_left_nothing_by_the_seeds_families_names_the_first_seed_no_fami
            "family; a seed no family holds yet can be made here (the first: 2)" in lines, lines
 
 
+def test_a_machine_of_another_cpu_generation_does_not_join_the_seeds_of_one_whose_generation_was_not_recorded(
+        tmp_path, monkeypatch):
+    """Two AMD EPYC machines without AVX-512 gave other numbers for one prostate cell from its first round on, with
+    either code (docs/benchmark.md): a machine that records its CPU's signature (generation and caches) leaves a
+    seed made by runs without one to that machine, makes the first seed no family holds, and a second machine of
+    the same signature joins that seed."""
+    from feddg.benchmark import sweep as sweep_module
+    from feddg.benchmark.record import run_records, seed_families
+
+    out, lines, ran = tmp_path / "set", [], []
+    _fake_executor(monkeypatch, sweep_module, "old-code", cpu="AMD EPYC", avx512=False)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1"], [0], report=lambda _: None)
+    zen2 = "23/49 L1d 32K L2 512K L3 16M"
+    _fake_executor(monkeypatch, sweep_module, "old-code", ran=ran, cpu="AMD EPYC", avx512=False, signature=zen2)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain2"], [0], report=lines.append)
+    assert [r for r, _ in ran] == [], "seed 0 is the unsigned machine's"
+    assert f"1 cell(s) left for a machine of their seed's CPU family (seed 0 on AMD avx2): this sweep makes AMD " \
+           f"avx2 [{zen2}] runs, and a pair's two runs must come from one family; a seed no family holds yet can " \
+           f"be made here (the first: 1)" in lines, lines
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1", "Domain2"], [1], report=lambda _: None)
+    _fake_executor(monkeypatch, sweep_module, "old-code", ran=ran, cpu="AMD EPYC", avx512=False,
+                   signature="25/1 L1d 32K L2 512K L3 32M")
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain3"], [1], report=lambda _: None)
+    assert [r for r, _ in ran] == ["fundus_fedavg_Domain1_seed1", "fundus_fedavg_Domain2_seed1"]
+    assert seed_families(run_records(out).values()) == {0: "AMD avx2", 1: f"AMD avx2 [{zen2}]"}
+
+
+def test_a_cpu_timeline_window_gives_its_signature_to_the_runs_that_predate_it(tmp_path):
+    """Runs made before runs recorded their CPU's signature take it from the folder's timeline window that holds
+    them, when the window's CPU maker and AVX-512 agree with the run's; a window that holds a run of another CPU is
+    refused naming the run."""
+    import json
+
+    from feddg.benchmark.record import run_family, run_records
+
+    def record(name: str, ended_at: float, cpu: str, avx512: bool) -> None:
+        folder = tmp_path / "runs" / name
+        folder.mkdir(parents=True)
+        (folder / "run.json").write_text(json.dumps({
+            "run": {"task": "fundus", "method": "fedavg", "held_out": "Domain1", "seed": 0}, "run_id": name,
+            "status": "ok", "wall_s": 1.0, "config": {}, "ended_at": ended_at,
+            "executor": {"cpu": cpu, "avx512": avx512}}))
+
+    record("old", 10.0, "AMD EPYC", False)
+    record("today", 60.0, "AMD EPYC", False)
+    record("intel", 90.0, "Intel Xeon", True)
+    windows = [{"cpu": "AMD EPYC", "avx512": False, "signature": "23/49 L3 16M", "from": 50, "until": 70},
+               {"cpu": "AMD EPYC", "avx512": False, "until": 50}]
+    (tmp_path / "cpu_timeline.json").write_text(json.dumps({"source": "a test", "windows": windows}))
+    families = {name: run_family(r) for name, r in run_records(tmp_path).items()}
+    assert families == {"old": "AMD avx2", "today": "AMD avx2 [23/49 L3 16M]", "intel": "Intel native-avx512"}
+
+    windows[0]["until"] = 100
+    (tmp_path / "cpu_timeline.json").write_text(json.dumps({"source": "a test", "windows": windows}))
+    with pytest.raises(ConfigError, match=r"the window of CPU signature '23/49 L3 16M' \(AMD EPYC, avx512 False\) "
+                                          r"holds runs/intel, made on Intel Xeon \(avx512 True\): narrow the window"):
+        run_records(tmp_path)
+
+
 def test_each_seed_stays_on_one_cpu_family_and_the_reproduce_check_re_runs_a_run_of_this_family(
         tmp_path, monkeypatch):
     """A run repeats only on its CPU family (maker and kernels; an Intel Xeon re-running AMD EPYC runs of the same
@@ -313,6 +374,76 @@ def test_each_seed_stays_on_one_cpu_family_and_the_reproduce_check_re_runs_a_run
                                           r"that family"):
         sweep_module.sweep(amd_only, Protocol("fundus"), ["fedavg"], ["Domain1"], [0, 1], reproduce_check=True,
                            report=lambda _: None)
+
+
+def test_a_code_checked_on_one_family_needs_a_check_on_each_family_whose_runs_other_code_made(
+        tmp_path, monkeypatch):
+    """Seed 0 is AMD avx2's (old code), seed 1 the Intel Xeon's. New code checked on the Intel Xeon is admitted
+    there; on the AMD machine, beside its old-code runs, it is refused until a check there: that check re-runs the
+    methods with AMD runs of other code (not uniform, whose only runs are the new code's, on Intel). A family the
+    folder has no run of takes the admitted code without a check."""
+    import json
+
+    from feddg.benchmark import sweep as sweep_module
+
+    intel, amd, amd512 = ("Intel(R) Xeon(R) Processor", True), ("AMD EPYC 7B13", False), ("AMD EPYC", True)
+    out, protocol = tmp_path / "set", Protocol("fundus")
+    _fake_executor(monkeypatch, sweep_module, "old-code", (0.8, 0.6), None, *amd)
+    sweep_module.sweep(out, protocol, ["fedavg", "ga"], ["Domain1"], [0], report=lambda _: None)
+    _fake_executor(monkeypatch, sweep_module, "old-code", (0.8, 0.6), None, *intel)
+    sweep_module.sweep(out, protocol, ["fedavg", "ga"], ["Domain1"], [1], report=lambda _: None)
+    ran: list = []
+    _fake_executor(monkeypatch, sweep_module, "new-code", (0.8, 0.6), ran, *intel)
+    sweep_module.sweep(out, protocol, ["fedavg", "ga", "uniform"], ["Domain1"], [1], reproduce_check=True,
+                       report=lambda _: None)
+    assert ran == [("fundus_fedavg_Domain1_seed1", REPRODUCE_DIR), ("fundus_ga_Domain1_seed1", REPRODUCE_DIR),
+                   ("fundus_uniform_Domain1_seed1", "set")]
+    records = sweep_module.run_records(out)
+    assert admitted_codes(out, records, "Intel native-avx512") == {"new-code"}
+    assert admitted_codes(out, records, "AMD avx2") == {"old-code"}  # its runs' one code
+    assert admitted_codes(out, records, "AMD native-avx512") == admitted_codes(out, records) == {"old-code",
+                                                                                                 "new-code"}
+
+    ran.clear()
+    _fake_executor(monkeypatch, sweep_module, "new-code", (0.8, 0.6), ran, *amd)
+    with pytest.raises(ConfigError, match=r"this code \(new-code\) has no check on this machine's CPU family "
+                                          r"\(AMD avx2\), whose runs there were made by code old-code\..*"
+                                          r"--reproduce-check"):
+        sweep_module.sweep(out, protocol, ["fedavg"], ["Domain2"], [0], report=lambda _: None)
+    sweep_module.sweep(out, protocol, ["fedavg"], ["Domain2"], [0], reproduce_check=True, report=lambda _: None)
+    assert ran == [("fundus_fedavg_Domain1_seed0", REPRODUCE_DIR), ("fundus_ga_Domain1_seed0", REPRODUCE_DIR),
+                   ("fundus_fedavg_Domain2_seed0", "set")]
+    check = json.loads((out / "sweep.json").read_text())["code_evidence"][-1]
+    assert (check["family"], check["admitted"], [m["method"] for m in check["methods"]]) == (
+        "AMD avx2", True, ["fedavg", "ga"])
+    # two codes among AMD avx2's runs now: the check, not the runs, is what admits a code there
+    assert admitted_codes(out, sweep_module.run_records(out), "AMD avx2") == {"new-code"}
+
+    ran.clear()
+    _fake_executor(monkeypatch, sweep_module, "new-code", (0.8, 0.6), ran, *amd512)
+    sweep_module.sweep(out, protocol, ["fedavg"], ["Domain1"], [2], reproduce_check=True, report=lambda _: None)
+    assert ran == [("fundus_fedavg_Domain1_seed2", "set")]  # a family new to the folder: nothing to re-run
+
+
+def test_runs_that_joined_a_family_without_a_check_do_not_admit_their_code_there(tmp_path, monkeypatch):
+    """A family whose runs come from two codes with no check on it admits neither: a sweep there re-runs an old
+    code's run first, never one of the code being checked."""
+    import shutil
+
+    from feddg.benchmark import sweep as sweep_module
+    from feddg.benchmark.reproduce import reproduce_cells
+
+    amd = ("AMD EPYC 7B13", False)
+    out, protocol = tmp_path / "set", Protocol("fundus")
+    _fake_executor(monkeypatch, sweep_module, "old-code", (0.8, 0.6), None, *amd)
+    sweep_module.sweep(out, protocol, ["fedavg"], ["Domain2"], [0], report=lambda _: None)
+    _fake_executor(monkeypatch, sweep_module, "new-code", (0.8, 0.6), None, *amd)
+    sweep_module.sweep(tmp_path / "other", protocol, ["fedavg"], ["Domain1"], [0], report=lambda _: None)
+    shutil.move(tmp_path / "other" / "runs" / "fundus_fedavg_Domain1_seed0", out / "runs")  # joined with no check
+    records = sweep_module.run_records(out)
+    assert admitted_codes(out, records, "AMD avx2") == set()
+    chosen = reproduce_cells(out, records, protocol, "AMD avx2", "new-code")
+    assert chosen["fedavg"]["run_id"] == "fundus_fedavg_Domain2_seed0"  # the old code's, not Domain1 (the new's)
 
 
 def test_a_run_moved_aside_for_its_seeds_family_serves_the_reproduce_check_of_its_own(tmp_path, monkeypatch):
@@ -891,6 +1022,7 @@ def test_pairs_made_on_different_cpu_families_are_marked_in_the_tables(tmp_path)
     ({"source": "x", "windows": []}, "'windows' must be a non-empty list"),
     ({"source": "x", "windows": [{"cpu": ""}]}, r"windows\[0\].cpu must name a CPU model"),
     ({"source": "x", "windows": [{"cpu": "A", "until": "yesterday"}]}, r"windows\[0\].until is 'yesterday'"),
+    ({"source": "x", "windows": [{"cpu": "A", "signature": ""}]}, r"windows\[0\].signature must be a CPU signature"),
 ])
 def test_a_malformed_cpu_timeline_is_refused_naming_the_field(tmp_path, timeline, message):
     import json

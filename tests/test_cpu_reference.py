@@ -13,10 +13,12 @@ from feddg.numerics import CPU_PIN_ENV, cpu_pin_mode, effective_kernels, numbers
 
 @pytest.mark.slow
 def test_a_run_repeats_the_committed_reference_of_this_machines_family(tmp_path, monkeypatch):
-    """The reference of this machine's CPU family (maker and kernels), re-run here: the final weights and every
-    per-case score identical. A family with no committed reference yet is skipped, naming it (write one with
-    ``benchmarks/cpu_reference.py --write``); another family's reference is not expected to repeat here (an Intel
-    Xeon pinned to AVX2 re-ran AMD EPYC runs with other numbers: docs/benchmark.md, "CPU numerics")."""
+    """The reference of this machine's CPU family (maker, kernels, generation and caches), re-run here: the final
+    weights and every per-case score identical. A family with no committed reference yet is skipped, naming it
+    (write one with ``benchmarks/cpu_reference.py --write``); another family's reference is not expected to repeat
+    here (an Intel Xeon pinned to AVX2 re-ran AMD EPYC runs with other numbers, and so did one AMD EPYC without
+    AVX-512 another's: docs/benchmark.md, "A run is reproducible on one CPU model"), nor one written before
+    references recorded the CPU's signature, whose generation is not known."""
     monkeypatch.setenv("FEDDG_CACHE", str(tmp_path / "cache"))
     references = {p.name: read_reference(p) for p in sorted(REFERENCES.glob("*.json"))}
     ours = {name: r for name, r in references.items() if r["family"] == family_here()}
@@ -31,7 +33,11 @@ def test_a_run_repeats_the_committed_reference_of_this_machines_family(tmp_path,
 
 @pytest.mark.parametrize("change, message", [
     (lambda d: d.update(cpu_pin="avx512"), "'cpu_pin' is 'avx512', not one of avx2, off"),
-    (lambda d: d.update(family="Intel avx2"), "'family' is 'Intel avx2', but its cpu, cpu_kind and cpu_pin make"),
+    (lambda d: d.update(family="Intel avx2"), "'family' is 'Intel avx2', but its cpu, cpu_kind, cpu_pin and "
+                                              "signature make"),
+    (lambda d: d.update(signature="23/49 L3 16M"), "'family' is 'AMD avx2', but its cpu, cpu_kind, cpu_pin and "
+                                                  "signature make 'AMD avx2 \\[23/49 L3 16M\\]'"),
+    (lambda d: d.update(signature=""), "'signature' is '', not a CPU signature"),
     (lambda d: d.pop("cpu"), "no 'cpu' \\(str\\)"),
     (lambda d: d["jobs"].update(fundus_ga=d["jobs"]["fundus_fedavg"]), "jobs.fundus_ga is not one of this script's"),
     (lambda d: d["jobs"]["fundus_fedavg"]["overrides"].append("train.rounds=2"), "jobs.fundus_fedavg is not one"),
@@ -87,6 +93,31 @@ def test_the_pin_is_one_setting_with_its_variables():
     assert numbers_family("Intel(R) Xeon(R) Processor", "avx2", True) == "Intel avx2-pinned"
     assert numbers_family("Intel Xeon", "off", True) == "Intel native-avx512"
     assert numbers_family(None, "off", False) == numbers_family("Intel Xeon", "off", None) == "unknown"
+    assert numbers_family("AMD EPYC", "off", False, "23/49 L3 16M") == "AMD avx2 [23/49 L3 16M]"
+    assert numbers_family(None, "off", False, "23/49 L3 16M") == "unknown"
+
+
+def test_the_cpu_signature_is_the_generation_and_the_data_caches_of_the_first_core(tmp_path):
+    from benchmarks.cpu_reference import reference_path
+    from feddg.numerics import cpu_signature
+
+    cpuinfo = tmp_path / "cpuinfo"
+    block = "processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: {f}\nmodel\t\t: {m}\nmodel name\t: AMD EPYC\n"
+    cpuinfo.write_text(block.format(n=0, f=23, m=49) + "\n" + block.format(n=1, f=99, m=99))
+    caches = tmp_path / "cache"
+    for i, (level, kind, size) in enumerate([(1, "Data", "32K"), (1, "Instruction", "32K"), (2, "Unified", "512K"),
+                                             (3, "Unified", "16384K")]):
+        (caches / f"index{i}").mkdir(parents=True)
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (caches / f"index{i}" / name).write_text(f"{value}\n")
+    assert cpu_signature(cpuinfo, caches) == "23/49 L1d 32K L2 512K L3 16M"
+    assert cpu_signature(cpuinfo, tmp_path / "none") == "23/49"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some CPU\n")
+    assert cpu_signature(cpuinfo, caches) is None
+    assert cpu_signature(tmp_path / "missing", caches) is None
+    assert reference_path("AMD avx2 [23/49 L1d 32K L2 512K L3 16M]").name == \
+        "AMD-avx2-23-49-L1d-32K-L2-512K-L3-16M.json"
+    assert reference_path("Intel native-avx512").name == "Intel-native-avx512.json"
 
 
 def test_the_cost_table_times_both_pins_side_by_side_and_compares_their_scores(tmp_path, monkeypatch):

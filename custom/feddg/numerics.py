@@ -32,6 +32,7 @@ import os
 import platform
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 CPU_PIN_ENV = "FEDDG_CPU_PIN"
@@ -80,6 +81,46 @@ def cpu_flags() -> set[str]:
     return set(line.partition(":")[2].split())
 
 
+CPUINFO = Path("/proc/cpuinfo")
+CACHES = Path("/sys/devices/system/cpu/cpu0/cache")  # Linux: one index*/ folder per cache of the first core
+
+
+def cpu_signature(cpuinfo: Path = CPUINFO, caches: Path = CACHES) -> str | None:
+    """What, beside its maker and instruction set, sets the numbers of a CPU's convolutions: its generation (the
+    ``cpu family`` and ``model`` numbers of ``/proc/cpuinfo``, which a virtual machine's model name, plain "AMD
+    EPYC", does not tell) and the sizes of its data caches, by which oneDNN blocks its loops; e.g. ``23/49 L1d 32K
+    L2 512K L3 16M``. None where the first two cannot be read (not Linux).
+
+    Why: two AMD EPYC machines without AVX-512, one of 2026-11-26 and one of 2026-12-01 (23/49, L3 16M), gave other
+    numbers for one prostate cell from the first round on, with the code of 2026-11-26 as with the later one (the
+    sites' first-round losses differ in the fifth digit; docs/benchmark.md, 'A run is reproducible on one CPU
+    model')."""
+    try:
+        first_cpu = cpuinfo.read_text().partition("\n\n")[0]  # one block of lines per logical CPU
+    except OSError:
+        return None
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first_cpu.splitlines())}
+    if not fields.get("cpu family") or not fields.get("model"):
+        return None
+    sizes = {}
+    for index in sorted(caches.glob("index*")):
+        try:
+            level, kind, size = ((index / name).read_text().strip() for name in ("level", "type", "size"))
+        except OSError:
+            continue
+        if kind != "Instruction":
+            sizes[f"L{level}{'d' if kind == 'Data' else ''}"] = _size(size)
+    caches_text = "".join(f" {name} {size}" for name, size in sorted(sizes.items()))
+    return f"{fields['cpu family']}/{fields['model']}{caches_text}"
+
+
+def _size(sysfs: str) -> str:
+    """``16384K`` (sysfs) -> ``16M``; another text as it is."""
+    if sysfs.endswith("K") and sysfs[:-1].isdigit() and int(sysfs[:-1]) % 1024 == 0:
+        return f"{int(sysfs[:-1]) // 1024}M"
+    return sysfs
+
+
 def numerics(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What a run records of its numerics: the pin, whether the CPU has AVX-512 (where an unpinned run takes other
     kernels than an AVX2 machine), the variables of every pin as this process sees them, and the kernels PyTorch
@@ -114,10 +155,14 @@ def cpu_maker(cpu: str | None) -> str | None:
     return next((maker for maker in ("AMD", "Intel") if maker.lower() in cpu.lower()), cpu)
 
 
-def numbers_family(cpu: str | None, cpu_pin: str | None, avx512: bool | None) -> str:
+def numbers_family(cpu: str | None, cpu_pin: str | None, avx512: bool | None,
+                   signature: str | None = None) -> str:
     """What a run repeats bit for bit on: the CPU's maker and the kernel family it ran (:func:`effective_kernels`),
-    e.g. ``AMD avx2``, ``AMD native-avx512``, ``Intel native-avx512``, ``Intel avx2-pinned``; ``unknown`` when the
-    record cannot tell.
+    e.g. ``AMD avx2``, ``AMD native-avx512``, ``Intel native-avx512``, ``Intel avx2-pinned``, and the CPU's
+    generation and caches (:func:`cpu_signature`) where the run recorded them, e.g. ``AMD avx2 [23/49 L1d 32K L2
+    512K L3 16M]``; ``unknown`` when the record cannot tell the maker or the kernels. A family without a signature
+    is that of runs made before runs recorded it: one machine of that maker and kernels, whose generation is not
+    known, so a machine with a signature never joins it (one did not repeat it: :func:`cpu_signature`).
 
     The pin does not carry a run across CPUs that differ in more than the instruction set: oneDNN sizes its
     convolution loops by the CPU's caches, and the ISA cap does not fix that. So the maker is part of the family
@@ -131,10 +176,12 @@ def numbers_family(cpu: str | None, cpu_pin: str | None, avx512: bool | None) ->
     draw."""
     kernels = effective_kernels(cpu_pin, avx512)
     maker = cpu_maker(cpu)
-    return "unknown" if maker is None or kernels == "unknown" else f"{maker} {kernels}"
+    if maker is None or kernels == "unknown":
+        return "unknown"
+    return f"{maker} {kernels} [{signature}]" if signature else f"{maker} {kernels}"
 
 
 def host_family(cpu_pin: str) -> str:
     """This machine's numbers family for runs made here with ``cpu_pin`` (:func:`numbers_family` of
-    :func:`cpu_model` and :func:`cpu_flags`)."""
-    return numbers_family(cpu_model(), cpu_pin, "avx512f" in cpu_flags())
+    :func:`cpu_model`, :func:`cpu_flags` and :func:`cpu_signature`)."""
+    return numbers_family(cpu_model(), cpu_pin, "avx512f" in cpu_flags(), cpu_signature())

@@ -27,7 +27,7 @@ from feddg.benchmark.executors.base import INTERRUPTED, OK  # a run's statuses; 
 from feddg.benchmark.protocol import Protocol, protocol_difference, protocol_from_runs, run_mismatch
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, read_json_object, write_json
-from feddg.numerics import numbers_family
+from feddg.numerics import cpu_maker, numbers_family
 
 RUN_FILE = "run.json"
 SWEEP_FILE = "sweep.json"
@@ -55,10 +55,11 @@ CPU_TIMELINE = "cpu_timeline.json"  # in a results folder: which CPU made runs t
 
 def cpu_timeline(out: Path) -> list[dict[str, Any]]:
     """The folder's :data:`CPU_TIMELINE`, checked: ``{"source": why we know, "windows": [{"cpu": model, "avx512":
-    bool, "from": epoch s, "until": epoch s}, ...]}`` (``avx512``, ``from`` and ``until`` optional; a window is
-    [from, until) of a run's ``ended_at``, one with neither holds every run), as the list of windows; [] without the file. ConfigError naming the file and the field
-    otherwise. The provenance of runs that do not record their CPU, kept as data beside them, not typed into a
-    table."""
+    bool, "signature": cpu signature, "from": epoch s, "until": epoch s}, ...]}`` (``avx512``, ``signature``,
+    ``from`` and ``until`` optional; a window is [from, until) of a run's ``ended_at``, one with neither holds every
+    run; the first window that holds a run is its window), as the list of windows; [] without the file. ConfigError
+    naming the file and the field otherwise. The provenance of runs that do not record their CPU or its signature
+    (:func:`feddg.numerics.cpu_signature`), kept as data beside them, not typed into a table."""
     path = Path(out) / CPU_TIMELINE
     if not path.exists():
         return []
@@ -73,6 +74,8 @@ def cpu_timeline(out: Path) -> list[dict[str, Any]]:
             raise ConfigError(f"{path}: windows[{i}].cpu must name a CPU model")
         if "avx512" in w and not isinstance(w["avx512"], bool):
             raise ConfigError(f"{path}: windows[{i}].avx512 is {w['avx512']!r}, not true or false")
+        if "signature" in w and not (isinstance(w["signature"], str) and w["signature"].strip()):
+            raise ConfigError(f"{path}: windows[{i}].signature must be a CPU signature (feddg.numerics.cpu_signature)")
         for key in ("from", "until"):
             if key in w and (isinstance(w[key], bool) or not isinstance(w[key], (int, float))
                              or not math.isfinite(w[key])):
@@ -131,13 +134,22 @@ def run_records(out: Path, scores: bool = False, under: str = "runs") -> dict[st
     found = {path.parent.name: (path, read_json(path)) for path in sorted(Path(out).glob(f"{under}/*/{RUN_FILE}"))}
     records = {name: check_record(path, record, scores) for name, (path, record) in found.items() if record}
     windows = cpu_timeline(out)
-    for record in records.values():  # a run that predates executor.cpu: its CPU from the folder's timeline
-        executor = record.get("executor")
-        window = _window(windows, record) if windows and not run_cpu(record) else None
-        if window is not None:
-            record["executor"] = {**(executor if isinstance(executor, dict) else {}), "cpu": window["cpu"],
-                                  **({"avx512": window["avx512"]} if "avx512" in window else {}),
-                                  "cpu_from": CPU_TIMELINE}
+    for name, record in records.items():  # what a record predates (its CPU, its signature): the folder's timeline
+        executor = record.get("executor") if isinstance(record.get("executor"), dict) else {}
+        window = _window(windows, record) if windows else None
+        if window is None:
+            continue
+        if not run_cpu(record):
+            record["executor"] = executor = {**executor, "cpu": window["cpu"], "cpu_from": CPU_TIMELINE,
+                                             **({"avx512": window["avx512"]} if "avx512" in window else {})}
+        if "signature" in window and not executor.get("cpu_signature"):
+            theirs = (cpu_maker(run_cpu(record)), executor.get("avx512"))
+            if theirs != (cpu_maker(window["cpu"]), window.get("avx512")):
+                raise ConfigError(f"{Path(out) / CPU_TIMELINE}: the window of CPU signature {window['signature']!r} "
+                                  f"({window['cpu']}, avx512 {window.get('avx512')}) holds {under}/{name}, made on "
+                                  f"{run_cpu(record)} (avx512 {executor.get('avx512')}): narrow the window")
+            record["executor"] = {**executor, "cpu_signature": window["signature"],
+                                  "cpu_signature_from": CPU_TIMELINE}
     return records
 
 
@@ -248,12 +260,14 @@ def designed(out: Path) -> Design:
 
 
 def run_family(record: dict[str, Any]) -> str:
-    """What a run's numbers repeat on (:func:`feddg.numerics.numbers_family`): its CPU's maker (:func:`run_cpu`) and
-    the kernels of its ``cpu_pin`` (``off`` for runs from before it was kept) on that CPU (``executor.avx512``, or
-    the folder's :data:`CPU_TIMELINE`)."""
-    avx512 = (record.get("executor") or {}).get("avx512")
-    return numbers_family(run_cpu(record), record.get("cpu_pin", "off"),
-                          avx512 if isinstance(avx512, bool) else None)
+    """What a run's numbers repeat on (:func:`feddg.numerics.numbers_family`): its CPU's maker (:func:`run_cpu`),
+    the kernels of its ``cpu_pin`` (``off`` for runs from before it was kept) on that CPU (``executor.avx512``) and
+    the CPU's generation and caches (``executor.cpu_signature``), each from the folder's :data:`CPU_TIMELINE` where
+    the record predates it."""
+    executor = record.get("executor") or {}
+    avx512, signature = executor.get("avx512"), executor.get("cpu_signature")
+    return numbers_family(run_cpu(record), record.get("cpu_pin", "off"), avx512 if isinstance(avx512, bool) else None,
+                          signature if isinstance(signature, str) and signature else None)
 
 
 def seed_families(records: Iterable[dict[str, Any]]) -> dict[int, str]:

@@ -95,8 +95,7 @@ def run_cell_on_worker(job_tar: bytes, job_name: str, simulator_args: Sequence[s
     import ray
 
     from feddg.benchmark.launch import SimulatorRun, run_simulator
-    from feddg.numerics import CPU_PIN_ENV, cpu_flags
-    from feddg.numerics import cpu_model
+    from feddg.numerics import CPU_PIN_ENV, cpu_flags, cpu_model, cpu_signature
     from feddg.report import code_fingerprint
 
     context = ray.get_runtime_context()
@@ -118,9 +117,10 @@ def run_cell_on_worker(job_tar: bytes, job_name: str, simulator_args: Sequence[s
         if model is not None:
             files.append(model.relative_to(server).as_posix())
         return {"status": ended.status, "reason": ended.reason, "returncode": ended.returncode,
-                "wall_s": ended.wall_s, "simulator_starts": ended.attempts, "node": {"node_id": node_id, "host": socket.gethostname(), "cpu": cpu_model(),
-                                                 "avx512": "avx512f" in cpu_flags(),
-                                                 "ip": ray.util.get_node_ip_address(), "gpus": gpus},
+                "wall_s": ended.wall_s, "simulator_starts": ended.attempts,
+                "node": {"node_id": node_id, "host": socket.gethostname(), "cpu": cpu_model(),
+                         "avx512": "avx512f" in cpu_flags(), "cpu_signature": cpu_signature(),
+                         "ip": ray.util.get_node_ip_address(), "gpus": gpus},
                 "code": code_fingerprint(), "log": run.log.read_bytes() if run.log.exists() else b"",
                 "server_files": pack(server, files) if files else b""}
     finally:
@@ -288,7 +288,8 @@ class RayExecutor(CellExecutor):
                                      f"{self.max_retries}): {task.lost[-1]['error']}", None,
                            time.perf_counter() - task.submitted, None, cell.log, where)
         where.update(node=result["node"]["host"], node_ip=result["node"]["ip"], node_id=result["node"]["node_id"],
-                     cpu=result["node"].get("cpu"), gpu=",".join(result["node"]["gpus"]) or None,
+                     cpu=result["node"].get("cpu"), avx512=result["node"].get("avx512"),
+                     cpu_signature=result["node"].get("cpu_signature"), gpu=",".join(result["node"]["gpus"]) or None,
                      simulator_starts=result.get("simulator_starts", 1))
         cell.log.write_bytes(result["log"])
         server = cell.folder / "server_files"
