@@ -60,3 +60,46 @@ def test_main_writes_the_table_and_its_json(tmp_path):
     assert [r["label"] for r in rows] == ["x", "y"]
     assert "| y | " in (tmp_path / "same_cell.md").read_text()
     assert main([str(RECORD), "--label", "x", "--label", "y", "--out", str(tmp_path)]) == 2
+
+
+def _short(record: dict, rounds: int) -> dict:
+    """``record`` as a run of its cell's first ``rounds`` rounds (``--set train.rounds=N``)."""
+    short = copy.deepcopy(record)
+    short["config"]["train"]["rounds"] = rounds
+    short["report"]["history"] = short["report"]["history"][:rounds]
+    return short
+
+
+def test_short_runs_of_a_cell_compare_their_first_rounds_losses(record, tmp_path):
+    """--rounds: a run of the cell's first N rounds against the set's run tells in which round the losses part."""
+    same, moved = _short(record, 3), _short(record, 3)
+    site = sorted(moved["report"]["history"][1]["train_loss"])[0]
+    moved["report"]["history"][1]["train_loss"][site] += 1e-6
+    rows = compare([record, same, moved], ["set", "same", "moved"], rounds=3)
+    assert [r["first_loss_difference"] for r in rows[:2]] == [None, None]
+    assert rows[2]["first_loss_difference"].startswith(f"round 1: {site} ")
+    assert "dice" not in rows[2] and rows[2]["rounds_compared"] == 3
+    with pytest.raises(ValueError, match="not the reference's cell"):
+        compare([record, same], ["set", "same"])  # train.rounds differs: a short run needs --rounds
+    other = _short(record, 3)
+    other["config"]["train"]["lr"] = 0.5
+    with pytest.raises(ValueError, match="train.lr"):
+        compare([record, other], ["set", "other lr"], rounds=3)
+    with pytest.raises(ValueError, match="3 round\\(s\\) recorded, 5 to compare"):
+        compare([record, same], ["set", "same"], rounds=5)
+    paths = []
+    for name, r in (("same", same), ("moved", moved)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(r))
+    assert main([str(RECORD), *map(str, paths), "--label", "x", "--label", "y", "--label", "z", "--rounds", "3",
+                 "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "same_cell.md").read_text()
+    assert "| y | " in text and f"| z | {moved['code'][:12]} | round 1: {site} " in text
+
+
+def test_a_full_run_names_the_first_round_whose_losses_differ(record):
+    other = copy.deepcopy(record)
+    site = sorted(other["report"]["history"][0]["train_loss"])[0]
+    other["report"]["history"][0]["train_loss"][site] *= 1.0000001
+    assert compare([record, other], ["a", "b"])[1]["first_loss_difference"].startswith(f"round 0: {site} ")
+    assert compare([record, record], ["a", "b"])[1]["first_loss_difference"] is None
