@@ -17,7 +17,7 @@ def test_a_run_repeats_the_committed_reference_of_this_machines_family(tmp_path,
     weights and every per-case score identical. A family with no committed reference yet is skipped, naming it
     (write one with ``benchmarks/cpu_reference.py --write``); another family's reference is not expected to repeat
     here (an Intel Xeon pinned to AVX2 re-ran AMD EPYC runs with other numbers, and so did one AMD EPYC without
-    AVX-512 another's: docs/benchmark.md, "A run is reproducible on one CPU model"), nor one written before
+    AVX-512 another's: docs/benchmark.md, "CPU numerics"), nor one written before
     references recorded the CPU's signature, whose generation is not known."""
     monkeypatch.setenv("FEDDG_CACHE", str(tmp_path / "cache"))
     references = {p.name: read_reference(p) for p in sorted(REFERENCES.glob("*.json"))}

@@ -20,8 +20,9 @@ What the pin does not do: make an Intel machine repeat an AMD one. Pinned, an In
 unpinned (the pin does change its kernels) and other numbers than an AMD EPYC: re-running two AMD runs of the
 prostate protocol with the same code, 173 and 171 of 204 per-case scores differed (2026-11-28,
 ``benchmarks/results/cpu_check_prostate``). oneDNN blocks its convolution loops by the CPU's cache sizes, which no
-ISA cap fixes. So a run repeats on its :func:`numbers_family` (the CPU's maker and the kernels it ran), and the
-benchmark keeps each seed's runs within one family (:mod:`feddg.benchmark.record`); its default is ``off``, the
+ISA cap fixes, and two AMD EPYC machines without AVX-512 of different generations differ too (2026-12-01:
+:func:`cpu_signature`). So a run repeats on its :func:`numbers_family` (the CPU's maker, the kernels it ran and,
+where recorded, the CPU's generation and caches), and the benchmark keeps each seed's runs within one family (:mod:`feddg.benchmark.record`); its default is ``off``, the
 machine's fastest kernels, since pinning buys no repeatability across makers. What the pin still gives: one
 kernel family on Intel machines with and without AVX-512.
 """
@@ -93,8 +94,8 @@ def cpu_signature(cpuinfo: Path = CPUINFO, caches: Path = CACHES) -> str | None:
 
     Why: two AMD EPYC machines without AVX-512, one of 2026-11-26 and one of 2026-12-01 (23/49, L3 16M), gave other
     numbers for one prostate cell from the first round on, with the code of 2026-11-26 as with the later one (the
-    sites' first-round losses differ in the fifth digit; docs/benchmark.md, 'A run is reproducible on one CPU
-    model')."""
+    sites' first-round losses differ in the fifth digit: docs/benchmark.md, "CPU numerics",
+    ``benchmarks/results/cpu_check_prostate/amd_avx2_23-49_first_rounds_*``)."""
     try:
         first_cpu = cpuinfo.read_text().partition("\n\n")[0]  # one block of lines per logical CPU
     except OSError:
