@@ -35,8 +35,8 @@ def test_a_run_repeats_the_committed_reference_of_this_machines_family(tmp_path,
     (lambda d: d.update(cpu_pin="avx512"), "'cpu_pin' is 'avx512', not one of avx2, off"),
     (lambda d: d.update(family="Intel avx2"), "'family' is 'Intel avx2', but its cpu, cpu_kind, cpu_pin and "
                                               "signature make"),
-    (lambda d: d.update(signature="23/49 L3 16M"), "'family' is 'AMD avx2', but its cpu, cpu_kind, cpu_pin and "
-                                                  "signature make 'AMD avx2 \\[23/49 L3 16M\\]'"),
+    (lambda d: d.update(signature="23/49 L3 16M"), "but its cpu, cpu_kind, cpu_pin and signature make 'AMD avx2 "
+                                                  "\\[23/49 L3 16M\\]'"),
     (lambda d: d.update(signature=""), "'signature' is '', not a CPU signature"),
     (lambda d: d.pop("cpu"), "no 'cpu' \\(str\\)"),
     (lambda d: d["jobs"].update(fundus_ga=d["jobs"]["fundus_fedavg"]), "jobs.fundus_ga is not one of this script's"),
