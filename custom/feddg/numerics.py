@@ -182,7 +182,14 @@ def numbers_family(cpu: str | None, cpu_pin: str | None, avx512: bool | None,
     return f"{maker} {kernels} [{signature}]" if signature else f"{maker} {kernels}"
 
 
+def host_cpu() -> dict[str, Any]:
+    """What a run record says of the CPU that made it (its executor's fields): ``cpu`` (:func:`cpu_model`),
+    ``avx512`` (whether :func:`cpu_flags` has ``avx512f``) and ``cpu_signature`` (:func:`cpu_signature`)."""
+    return {"cpu": cpu_model(), "avx512": "avx512f" in cpu_flags(), "cpu_signature": cpu_signature()}
+
+
 def host_family(cpu_pin: str) -> str:
     """This machine's numbers family for runs made here with ``cpu_pin`` (:func:`numbers_family` of
-    :func:`cpu_model`, :func:`cpu_flags` and :func:`cpu_signature`)."""
-    return numbers_family(cpu_model(), cpu_pin, "avx512f" in cpu_flags(), cpu_signature())
+    :func:`host_cpu`)."""
+    cpu = host_cpu()
+    return numbers_family(cpu["cpu"], cpu_pin, cpu["avx512"], cpu["cpu_signature"])

@@ -26,7 +26,7 @@ from feddg.benchmark.executors.base import INTERRUPTED, Cell, CellExecutor, Exec
 from feddg.benchmark.launch import Ended, SimulatorRun
 from feddg.benchmark.signals import STOP_SIGNALS
 from feddg.compute import available_cores
-from feddg.numerics import CPU_PIN_ENV, cpu_flags, cpu_model, cpu_signature
+from feddg.numerics import CPU_PIN_ENV, host_cpu
 
 GPU_FLAG = "-gpu"
 
@@ -151,8 +151,7 @@ class LocalExecutor(CellExecutor):
         return _Running(cell, slot, gpu, sim)
 
     def _outcome(self, r: _Running, ended: Ended) -> Outcome:
-        where: dict[str, Any] = {"executor": self.name, "host": self.host, "cpu": cpu_model(),
-                                 "avx512": "avx512f" in cpu_flags(), "cpu_signature": cpu_signature(),
+        where: dict[str, Any] = {"executor": self.name, "host": self.host, **host_cpu(),
                                  "parallel": self.parallel, "gpu": r.gpu,
                                  "attempts": r.sim.attempts}
         return Outcome(ended.status, ended.reason, ended.returncode, ended.wall_s, r.sim.server_dir, r.cell.log,

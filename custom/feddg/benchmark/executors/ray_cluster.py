@@ -95,7 +95,7 @@ def run_cell_on_worker(job_tar: bytes, job_name: str, simulator_args: Sequence[s
     import ray
 
     from feddg.benchmark.launch import SimulatorRun, run_simulator
-    from feddg.numerics import CPU_PIN_ENV, cpu_flags, cpu_model, cpu_signature
+    from feddg.numerics import CPU_PIN_ENV, host_cpu
     from feddg.report import code_fingerprint
 
     context = ray.get_runtime_context()
@@ -118,8 +118,7 @@ def run_cell_on_worker(job_tar: bytes, job_name: str, simulator_args: Sequence[s
             files.append(model.relative_to(server).as_posix())
         return {"status": ended.status, "reason": ended.reason, "returncode": ended.returncode,
                 "wall_s": ended.wall_s, "simulator_starts": ended.attempts,
-                "node": {"node_id": node_id, "host": socket.gethostname(), "cpu": cpu_model(),
-                         "avx512": "avx512f" in cpu_flags(), "cpu_signature": cpu_signature(),
+                "node": {"node_id": node_id, "host": socket.gethostname(), **host_cpu(),
                          "ip": ray.util.get_node_ip_address(), "gpus": gpus},
                 "code": code_fingerprint(), "log": run.log.read_bytes() if run.log.exists() else b"",
                 "server_files": pack(server, files) if files else b""}
