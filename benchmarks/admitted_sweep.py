@@ -16,8 +16,8 @@ worker gets, nothing a run computes. The process is replaced by the sweep's, so 
 the sweep itself.
 
 The admitted code predates the CPU signature in run records: after the runs, the session gives its machine's
-signature to them with a window in the folder's ``cpu_timeline.json``, and only when the probe repeated a run of the
-family it joins (docs/benchmark.md).
+signature to them with a window in the folder's ``cpu_timeline.json`` (``benchmarks/cpu_window.py``), only when the
+probe repeated a run of the family it joins (docs/benchmark.md).
 """
 
 from __future__ import annotations

@@ -1,0 +1,123 @@
+"""benchmarks/cpu_window.py: a CPU signature window is written only on a probe that repeated a run of the family it
+makes, on a machine like the probe's, and never misplaces a run (copies of committed prostate run records)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import benchmarks.cpu_window as cpu_window
+from feddg.benchmark.record import CPU_TIMELINE, run_family, run_records
+from feddg.config import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+SET = ROOT / "benchmarks/results/loso_prostate_seeds"
+SIGNATURE = "23/49 L1d 32K L2 512K L3 16M"
+HERE = {"cpu": "AMD EPYC", "avx512": False, "cpu_signature": SIGNATURE}
+START, UNTIL = 1796300000, 1796310000  # a session after every committed run
+
+
+def _record(name: str) -> dict:
+    return json.loads((SET / "runs" / name / "run.json").read_text())
+
+
+def _put(out: Path, name: str, record: dict) -> Path:
+    path = out / "runs" / name / "run.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record))
+    return path
+
+
+@pytest.fixture
+def folder(tmp_path) -> Path:
+    """A results folder with the set's timeline and a seed-6 run (signed family) and a seed-0 run (unsigned)."""
+    out = tmp_path / "set"
+    for name in ("prostate_fedavg_BIDMC_seed6", "prostate_fedavg_BIDMC_seed0"):
+        _put(out, name, _record(name))
+    shutil.copy(SET / CPU_TIMELINE, out / CPU_TIMELINE)
+    return out
+
+
+def _probe(tmp_path: Path, reference: Path, difference: str | None = None, executor: dict | None = None) -> dict:
+    """same_cell.py's output comparing ``reference`` with a run made here (the admitted code: no signature)."""
+    record = json.loads(reference.read_text())
+    record["executor"] = {**record.get("executor", {}), "cpu": "AMD EPYC", "avx512": False, **(executor or {})}
+    probe_run = _put(tmp_path / "probe", record["run_id"], record)
+    row = {"run_id": record["run_id"], "code": record["code"], "first_loss_difference": None, "rounds_compared": 3}
+    return {"runs": [str(reference), str(probe_run)],
+            "rows": [{**row, "label": "set"}, {**row, "label": "here", "first_loss_difference": difference}]}
+
+
+def test_a_repeating_probe_gives_this_machines_signature_to_the_sessions_runs_only(folder, tmp_path):
+    probe = _probe(tmp_path, folder / "runs/prostate_fedavg_BIDMC_seed6/run.json")
+    window = cpu_window.probe_window(folder, probe, START, UNTIL, HERE)
+    assert {k: window[k] for k in ("cpu", "avx512", "signature", "from", "until")} == {
+        "cpu": "AMD EPYC", "avx512": False, "signature": SIGNATURE, "from": START, "until": UNTIL}
+    assert window["probe"]["reference"] == "prostate_fedavg_BIDMC_seed6" and window["probe"]["rounds"] == 3
+    inside = {**copy.deepcopy(_record("prostate_uniform_BMC_seed6")), "ended_at": START + 10}
+    inside["executor"].pop("cpu_signature", None)
+    _put(folder, "prostate_uniform_HK_seed6", {**inside, "run_id": "prostate_uniform_HK_seed6"})
+    before = run_records(folder)
+    assert run_family(before["prostate_uniform_HK_seed6"]) == "AMD avx2", "no window holds it yet"
+    windows = cpu_window.add_window(folder, window)
+    assert windows[0] == window and len(windows) == 4
+    after = run_records(folder)
+    assert run_family(after["prostate_uniform_HK_seed6"]) == f"AMD avx2 [{SIGNATURE}]"
+    assert {n: run_family(r) for n, r in after.items() if n != "prostate_uniform_HK_seed6"} == \
+        {n: run_family(r) for n, r in before.items() if n != "prostate_uniform_HK_seed6"}, "older runs keep theirs"
+
+
+def test_a_probe_that_differs_or_is_not_of_this_folder_or_machine_is_refused(folder, tmp_path):
+    reference = folder / "runs/prostate_fedavg_BIDMC_seed6/run.json"
+    with pytest.raises(ConfigError, match="differ from its reference"):
+        cpu_window.probe_window(folder, _probe(tmp_path, reference, difference="round 0: BMC ..."), START, UNTIL, HERE)
+    elsewhere = _put(tmp_path / "other", "prostate_fedavg_BIDMC_seed6", _record("prostate_fedavg_BIDMC_seed6"))
+    with pytest.raises(ConfigError, match="is not a run of"):
+        cpu_window.probe_window(folder, _probe(tmp_path, elsewhere), START, UNTIL, HERE)
+    with pytest.raises(ConfigError, match="not on this machine"):
+        cpu_window.probe_window(folder, _probe(tmp_path, reference, executor={"cpu": "Intel Xeon", "avx512": True}),
+                                START, UNTIL, HERE)
+    with pytest.raises(ConfigError, match="this machine's is 'AMD avx2 \\[23/49 L1d 32K L2 1M L3 16M\\]'"):
+        cpu_window.probe_window(folder, _probe(tmp_path, reference), START, UNTIL,
+                                {**HERE, "cpu_signature": "23/49 L1d 32K L2 1M L3 16M"})
+    with pytest.raises(ConfigError, match="not before"):
+        cpu_window.probe_window(folder, _probe(tmp_path, reference), UNTIL, START, HERE)
+
+
+def test_a_probe_of_a_family_without_a_signature_needs_no_window(folder, tmp_path):
+    probe = _probe(tmp_path, folder / "runs/prostate_fedavg_BIDMC_seed0/run.json")
+    assert cpu_window.probe_window(folder, probe, START, UNTIL, HERE) is None
+
+
+def test_a_window_that_overlaps_a_signed_one_or_holds_another_machines_run_is_refused_unwritten(folder, tmp_path):
+    probe = _probe(tmp_path, folder / "runs/prostate_fedavg_BIDMC_seed6/run.json")
+    timeline = (folder / CPU_TIMELINE).read_bytes()
+    signed = json.loads(timeline)["windows"][0]
+    overlapping = cpu_window.probe_window(folder, probe, signed["until"] - 60, UNTIL, HERE)
+    with pytest.raises(ConfigError, match="overlaps windows\\[0\\]"):
+        cpu_window.add_window(folder, overlapping)
+    intel = {**_record("prostate_fedavg_RUNMC_seed3"), "ended_at": START + 10}
+    intel["executor"] = {k: v for k, v in intel["executor"].items() if k not in ("cpu", "avx512")} | \
+        {"cpu": "Intel Xeon", "avx512": True}
+    _put(folder, "prostate_fedavg_RUNMC_seed3", intel)
+    with pytest.raises(ConfigError, match="prostate_fedavg_RUNMC_seed3"):
+        cpu_window.add_window(folder, cpu_window.probe_window(folder, probe, START, UNTIL, HERE))
+    assert (folder / CPU_TIMELINE).read_bytes() == timeline, "the timeline is as it was"
+
+
+def test_the_command_writes_the_window_and_refuses_in_one_line(folder, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cpu_window, "host_cpu", lambda: dict(HERE))
+    probe = tmp_path / "same"
+    probe.mkdir()
+    (probe / cpu_window.SAME_CELL_FILE).write_text(
+        json.dumps(_probe(tmp_path, folder / "runs/prostate_fedavg_BIDMC_seed6/run.json")))
+    assert cpu_window.main([str(folder), "--probe", str(probe), "--from", "2026-12-03T00:00Z",
+                            "--until", "2026-12-03T03:00Z"]) == 0
+    first = json.loads((folder / CPU_TIMELINE).read_text())["windows"][0]
+    assert (first["from"], first["until"]) == (1796256000, 1796266800) and first["signature"] == SIGNATURE
+    assert cpu_window.main([str(tmp_path / "nothing"), "--probe", str(probe), "--from", "1"]) == 2
+    assert "refused: " in capsys.readouterr().err
