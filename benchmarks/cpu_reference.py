@@ -37,7 +37,7 @@ from feddg.benchmark.cells import SWEEP_CPU_PIN
 from feddg.benchmark.launch import SERVER_RUN
 from feddg.benchmark.protocol import first_difference
 from feddg.benchmark.reproduce import case_scores_of
-from feddg.numerics import (CPU_PIN_MODES, cpu_flags, cpu_model, cpu_signature, host_family, numbers_family,
+from feddg.numerics import (CPU_PIN_MODES, cpu_model, cpu_signature, has_avx512, host_family, numbers_family,
                             pinned_environment)
 from feddg.report import REPORT_FILE, code_fingerprint
 from feddg.resume import CHECKPOINT
@@ -57,7 +57,7 @@ TIMEOUT_S = 600
 
 def cpu_kind() -> str:
     """``avx512`` on a CPU with AVX-512, else ``avx2``: the kernel families an unpinned run takes."""
-    return "avx512" if "avx512f" in cpu_flags() else "avx2"
+    return "avx512" if has_avx512() else "avx2"
 
 
 def family_here(pin: str = PIN) -> str:

@@ -6,14 +6,18 @@ the window makes (docs/benchmark.md, "CPU numerics").
         --label set --label here --rounds 3 --out /tmp/probe/same                   # the probe, made here
     python benchmarks/cpu_window.py FOLDER --probe /tmp/probe/same --from 2026-12-02T00:36Z [--until ...]
 
-The window holds the runs that ended in [``--from``, ``--until``) (``--until``: now), and says the machine that made
-them: this machine's CPU model, AVX-512 and signature (:func:`feddg.numerics.host_cpu`). It is written first in the
-list (the first window that holds a run is its window), with the probe it rests on: the compared runs, their code,
-the rounds, and that no training loss differed. Refused, with nothing written, naming the reason: a probe whose runs
-differ, whose reference is not a run of ``FOLDER``, or whose other runs were not made on a machine like this one; a
-reference of another family than this machine's (a family without a signature is joined by running as the runs
-did, with no window: the tool says so); a window that overlaps another signed one; a window that would put a run
-made elsewhere under this machine (:func:`feddg.benchmark.record.run_records` checks the whole folder with it).
+The window holds the runs that ended in [``--from``, ``--until``) (``--until``: now; give the session's end to
+cover runs still going), and says the machine that made them: this machine's CPU model, AVX-512 and signature
+(:func:`feddg.numerics.host_cpu`). It is written first in the list (the first window that holds a run is its
+window), with the probe it rests on: the reference run, the codes, what was compared (rounds, or every case score),
+when the probe started. Refused, with nothing written, naming the reason: a probe whose runs differ or compared
+nothing; whose reference is not a run of ``FOLDER``; whose other runs are the folder's, did not end in the window, or
+were made on another CPU model or AVX-512 than this machine's (the admitted code records no signature, so a run of
+another generation of the same model is told apart only by the window's bounds); a reference of another family
+than this machine's (a family without a signature is joined by running as its runs did, with no window: the tool
+says so); a window that overlaps another signed one, that holds a run recorded on another CPU model or AVX-512, or
+that would sign a run that ended before the probe started. The runs it signs are printed: a ``--from`` earlier
+than the session would show another session's runs there.
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from feddg.benchmark.record import CPU_TIMELINE, cpu_timeline, run_family, run_records
+from feddg.benchmark.record import ASIDE_DIR, CPU_TIMELINE, cpu_timeline, run_family, run_records, utc_time
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, write_json
-from feddg.numerics import host_cpu, numbers_family
+from feddg.numerics import host_cpu, host_family
 
 SAME_CELL_FILE = "same_cell.json"  # benchmarks/same_cell.py's output
 
@@ -52,71 +56,82 @@ def probe_window(out: Path, probe: dict[str, Any], start: float, until: float,
                  cpu: dict[str, Any]) -> dict[str, Any] | None:
     """The window for runs of ``out`` that ended in [``start``, ``until``) on a machine with ``cpu``
     (:func:`feddg.numerics.host_cpu`'s fields), from a probe (``same_cell.json``'s content); None when the probe's
-    reference is of a family without a signature that this machine joins as it is (no window needed). ConfigError
-    naming what is wrong otherwise."""
+    reference is of a family without a signature, which runs made here join as they are (no window needed).
+    ConfigError naming what is wrong otherwise: the probe's runs differ from its reference or compared nothing, its
+    reference is not a run of ``out``, one of its other runs is one of ``out``'s, was not made in the window, or on
+    a CPU other than ``cpu`` (as far as the run recorded it: the admitted code records no signature), or the
+    reference's family is not the one this window makes."""
     if not start < until:
-        raise ConfigError(f"--from {start} is not before --until {until}")
+        raise ConfigError(f"--from {utc_time(start)} is not before --until {utc_time(until)}")
     runs, rows = probe.get("runs"), probe.get("rows")
     if not (isinstance(runs, list) and isinstance(rows, list) and len(runs) == len(rows) >= 2):
         raise ConfigError("the probe is not benchmarks/same_cell.py's output (runs and rows, two or more)")
     differing = [r.get("label") for r in rows[1:] if r.get("first_loss_difference") or r.get("differing_case_scores")]
     if differing:
         raise ConfigError(f"the probe's runs {differing} differ from its reference: this machine does not repeat it")
-    if not all(r.get("rounds_compared") for r in rows[1:]):
-        raise ConfigError("the probe compared no training round")
+    if not all(r.get("rounds_compared") or r.get("case_scores") for r in rows[1:]):
+        raise ConfigError("the probe compared no training round and no case score")
+    folder = Path(out).resolve()
     reference_path = Path(runs[0]).resolve()
-    folder_runs = (Path(out) / "runs").resolve()
-    if reference_path.parent.parent != folder_runs:
+    if reference_path.parent.parent != folder / "runs":
         raise ConfigError(f"the probe's reference {runs[0]} is not a run of {out}")
-    records = run_records(out)
-    reference = records.get(reference_path.parent.name)
+    reference = run_records(out).get(reference_path.parent.name)
     if reference is None:
         raise ConfigError(f"the probe's reference {runs[0]} is not a readable run of {out}")
+    started = []
     for path in runs[1:]:
-        executor = read_json(Path(path)).get("executor") or {}
+        if folder in Path(path).resolve().parents:
+            raise ConfigError(f"the probe's run {path} is in {out}: a probe is a run made here, beside the folder")
+        record = read_json(Path(path))
+        executor = record.get("executor") or {}
         made = (executor.get("cpu"), executor.get("avx512"), executor.get("cpu_signature") or cpu["cpu_signature"])
         if made != (cpu["cpu"], cpu["avx512"], cpu["cpu_signature"]):
             raise ConfigError(f"the probe's run {path} was made on {made[0]} (avx512 {made[1]}, signature "
                               f"{made[2]}), not on this machine ({cpu['cpu']}, {cpu['avx512']}, {cpu['cpu_signature']})")
+        ended = record.get("ended_at")
+        if not (isinstance(ended, (int, float)) and start <= ended < until):
+            raise ConfigError(f"the probe's run {path} did not end in the window (ended_at {ended!r}): it is not "
+                              "this session's")
+        started.append(ended - record.get("wall_s", 0))
     pin = reference.get("cpu_pin", "off")
-    theirs = run_family(reference)
-    here = numbers_family(cpu["cpu"], pin, cpu["avx512"], cpu["cpu_signature"])
-    if theirs == numbers_family(cpu["cpu"], pin, cpu["avx512"]):
+    theirs, here = run_family(reference), host_family(pin, cpu)
+    if theirs == host_family(pin, {**cpu, "cpu_signature": None}):
         return None
     if theirs != here:
         raise ConfigError(f"the probe's reference is of family {theirs!r}, this machine's is {here!r}")
+    compared = {"rounds": min(r["rounds_compared"] for r in rows[1:])} if all(
+        r.get("rounds_compared") for r in rows[1:]) else {"case_scores": min(r["case_scores"] for r in rows[1:])}
     return {"cpu": cpu["cpu"], "avx512": cpu["avx512"], "signature": cpu["cpu_signature"],
             "from": math.floor(start), "until": math.ceil(until),
             "probe": {"reference": reference_path.parent.name, "codes": sorted({str(r.get("code")) for r in rows}),
-                      "rounds": min(r["rounds_compared"] for r in rows[1:]), "training_losses": "identical",
-                      "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}}
+                      **compared, "differences": 0, "started": math.floor(min(started)), "written": utc_time()}}
 
 
-def add_window(out: Path, window: dict[str, Any]) -> list[dict[str, Any]]:
-    """``out``'s timeline with ``window`` first, written after the whole folder's runs were read with it (so a run
-    the window would misplace is refused before anything is written); ConfigError when it overlaps another window
-    with a signature."""
+def add_window(out: Path, window: dict[str, Any]) -> list[str]:
+    """Write ``window`` first in ``out``'s timeline, and return the runs it gives a signature to (in name order).
+    Checked before anything is written, with the whole folder read as the tables will read it: ConfigError when it
+    overlaps another window with a signature, when it would hold a run made on another CPU
+    (:func:`feddg.benchmark.record.run_records`), or give the signature to a run that ended before the probe
+    started (the probe speaks for the machine from then on)."""
     path = Path(out) / CPU_TIMELINE
-    data = read_json(path) if path.exists() else {}
     windows = cpu_timeline(out)
     for i, w in enumerate(windows):
-        if "signature" in w and w.get("from", float("-inf")) < window["until"] \
-                and window["from"] < w.get("until", float("inf")):
+        if "signature" in w and w.get("from", -math.inf) < window["until"] and window["from"] < w.get("until", math.inf):
             raise ConfigError(f"{path}: the window overlaps windows[{i}] (signature {w['signature']!r}); "
                               "narrow --from or --until")
-    data = {"source": data.get("source") or "the probes in each window's 'probe' (benchmarks/cpu_window.py)",
-            **{k: v for k, v in data.items() if k != "source"}, "windows": [window, *windows]}
-    original = path.read_bytes() if path.exists() else None
-    write_json(path, data, indent=2)
-    try:  # the folder read as the tables will read it, with the new timeline
-        run_records(out)
-    except ConfigError:
-        if original is None:
-            path.unlink()
-        else:
-            path.write_bytes(original)
-        raise
-    return data["windows"]
+    new = [window, *windows]
+    signed = {}
+    for under in ("runs", ASIDE_DIR):
+        before, after = run_records(out, under=under), run_records(out, under=under, windows=new)
+        signed |= {f"{under}/{name}": r for name, r in after.items() if run_family(r) != run_family(before[name])}
+    early = sorted(name for name, r in signed.items() if r.get("ended_at", -math.inf) < window["probe"]["started"])
+    if early:
+        raise ConfigError(f"{path}: the window would sign {early}, which ended before the probe started; "
+                          "narrow --from")
+    data = read_json(path) if path.exists() else {}
+    write_json(path, {"source": data.get("source") or "each window's probe (benchmarks/cpu_window.py)",
+                      **{k: v for k, v in data.items() if k != "source"}, "windows": new}, indent=2)
+    return sorted(signed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -138,13 +153,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{args.folder}: the probe's reference is of a family without a signature, which runs made here "
                   "join as they are; no window written")
             return 0
-        add_window(args.folder, window)
-    except ConfigError as e:
+        signed = add_window(args.folder, window)
+    except (ConfigError, ValueError) as e:  # ValueError: a file that is not JSON (feddg.jsonfile names it)
         print(f"refused: {e}", file=sys.stderr)
         return 2
     print(f"{args.folder / CPU_TIMELINE}: window {window['signature']} ({window['cpu']}, avx512 "
-          f"{window['avx512']}) for runs ended {time.strftime('%Y-%m-%d %H:%M', time.gmtime(window['from']))} to "
-          f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(window['until']))} UTC")
+          f"{window['avx512']}) for runs ended from {utc_time(window['from'])} until {utc_time(window['until'])}; it signs {len(signed)} run(s): "
+          f"{', '.join(signed) or 'none yet'}")
     return 0
 
 

@@ -21,7 +21,8 @@ RUNNER = "nvflare.private.fed.app.simulator.simulator_runner"
 # The stand-in package's CLI: writes what it was run with into the --out folder.
 FAKE_CLI = """import json, os, sys
 from pathlib import Path
-out = Path(sys.argv[sys.argv.index("--out") + 1])
+given = [a.partition("=")[2] for a in sys.argv if a.startswith("--out=")]
+out = Path(given[0] if given else sys.argv[sys.argv.index("--out") + 1])
 out.mkdir(parents=True)
 (out / "seen.json").write_text(json.dumps({"version": VERSION, "argv": sys.argv[1:], "cwd": os.getcwd(),
     "pythonpath": os.environ["PYTHONPATH"], "fixes": os.environ.get("FEDDG_SIMULATOR_FIXES")}))
@@ -69,9 +70,15 @@ def test_the_sweep_runs_the_commits_package_from_its_worktree_with_the_fixes_and
     assert Path(seen["cwd"]) == worktree.resolve()
     assert seen["pythonpath"].split(os.pathsep)[:2] == [str(worktree / "custom"), str(SHIM)]
     assert seen["fixes"] == str(ROOT / "custom" / "feddg" / "flare" / "simulator.py")
-    again = _sweep(tmp_path, "--repo", str(repo), "--commit", first, "--worktree", str(worktree), "--",
-                   "--out", "rel/again")
-    assert again.returncode == 0 and json.loads((tmp_path / "rel/again/seen.json").read_text())["version"] == 1
+    again = _sweep(tmp_path, "--repo", str(repo), "--commit", first, "--worktree", "wt", "--",
+                   "--out=rel/again", "--data-root", "data")
+    assert again.returncode == 0, again.stderr
+    seen = json.loads((tmp_path / "rel/again/seen.json").read_text())
+    assert seen["version"] == 1 and Path(seen["cwd"]) == worktree.resolve(), "a relative --worktree is the same one"
+    assert seen["argv"] == ["benchmark", f"--out={tmp_path / 'rel' / 'again'}", "--data-root", str(tmp_path / "data")]
+    abbreviated = _sweep(tmp_path, "--repo", str(repo), "--commit", first, "--worktree", "wt", "--", "--ou", "x")
+    assert abbreviated.returncode != 0 and "give --out in full" in abbreviated.stderr
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_worktree_at_another_commit_with_changes_or_not_one_is_refused_untouched(tmp_path, history):
@@ -86,6 +93,11 @@ def test_a_worktree_at_another_commit_with_changes_or_not_one_is_refused_untouch
                      "--out", "c")
     assert changed.returncode != 0 and "has local changes" in changed.stderr
     assert (worktree / "custom" / "feddg" / "cli.py").read_text() == "changed", "nothing touched"
+    _git(worktree, "checkout", "--", ".")
+    (worktree / "custom" / "feddg" / "extra.py").write_text("")  # code_fingerprint would count it
+    added = _sweep(tmp_path, "--repo", str(repo), "--commit", second, "--worktree", str(worktree), "--",
+                   "--out", "c")
+    assert added.returncode != 0 and "files git does not ignore" in added.stderr
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "keep.txt").write_text("x")

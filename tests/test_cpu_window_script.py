@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SET = ROOT / "benchmarks/results/loso_prostate_seeds"
 SIGNATURE = "23/49 L1d 32K L2 512K L3 16M"
 HERE = {"cpu": "AMD EPYC", "avx512": False, "cpu_signature": SIGNATURE}
-START, UNTIL = 1796300000, 1796310000  # a session after every committed run
+START, UNTIL = 1900000000, 1900010000  # a session (2030) after every run the set will hold
 
 
 def _record(name: str) -> dict:
@@ -46,6 +46,7 @@ def _probe(tmp_path: Path, reference: Path, difference: str | None = None, execu
     """same_cell.py's output comparing ``reference`` with a run made here (the admitted code: no signature)."""
     record = json.loads(reference.read_text())
     record["executor"] = {**record.get("executor", {}), "cpu": "AMD EPYC", "avx512": False, **(executor or {})}
+    record["ended_at"], record["wall_s"] = START + 200, 100.0  # made at the session's start
     probe_run = _put(tmp_path / "probe", record["run_id"], record)
     row = {"run_id": record["run_id"], "code": record["code"], "first_loss_difference": None, "rounds_compared": 3}
     return {"runs": [str(reference), str(probe_run)],
@@ -58,13 +59,14 @@ def test_a_repeating_probe_gives_this_machines_signature_to_the_sessions_runs_on
     assert {k: window[k] for k in ("cpu", "avx512", "signature", "from", "until")} == {
         "cpu": "AMD EPYC", "avx512": False, "signature": SIGNATURE, "from": START, "until": UNTIL}
     assert window["probe"]["reference"] == "prostate_fedavg_BIDMC_seed6" and window["probe"]["rounds"] == 3
-    inside = {**copy.deepcopy(_record("prostate_uniform_BMC_seed6")), "ended_at": START + 10}
+    inside = {**copy.deepcopy(_record("prostate_uniform_BMC_seed6")), "ended_at": START + 500}
     inside["executor"].pop("cpu_signature", None)
     _put(folder, "prostate_uniform_HK_seed6", {**inside, "run_id": "prostate_uniform_HK_seed6"})
     before = run_records(folder)
     assert run_family(before["prostate_uniform_HK_seed6"]) == "AMD avx2", "no window holds it yet"
-    windows = cpu_window.add_window(folder, window)
-    assert windows[0] == window and len(windows) == 4
+    timeline = json.loads((folder / CPU_TIMELINE).read_text())["windows"]
+    assert cpu_window.add_window(folder, window) == ["runs/prostate_uniform_HK_seed6"]
+    assert json.loads((folder / CPU_TIMELINE).read_text())["windows"] == [window, *timeline]
     after = run_records(folder)
     assert run_family(after["prostate_uniform_HK_seed6"]) == f"AMD avx2 [{SIGNATURE}]"
     assert {n: run_family(r) for n, r in after.items() if n != "prostate_uniform_HK_seed6"} == \
@@ -86,6 +88,24 @@ def test_a_probe_that_differs_or_is_not_of_this_folder_or_machine_is_refused(fol
                                 {**HERE, "cpu_signature": "23/49 L1d 32K L2 1M L3 16M"})
     with pytest.raises(ConfigError, match="not before"):
         cpu_window.probe_window(folder, _probe(tmp_path, reference), UNTIL, START, HERE)
+    with pytest.raises(ConfigError, match="signature 23/49 L1d 48K"):
+        cpu_window.probe_window(folder, _probe(tmp_path, reference, executor={"cpu_signature": "23/49 L1d 48K"}),
+                                START, UNTIL, HERE)
+    with pytest.raises(ConfigError, match="did not end in the window"):
+        cpu_window.probe_window(folder, _probe(tmp_path, reference), START + 1000, UNTIL, HERE)
+    itself = {"runs": [str(reference), str(reference)], "rows": _probe(tmp_path, reference)["rows"]}
+    with pytest.raises(ConfigError, match="is in .*a probe is a run made here"):
+        cpu_window.probe_window(folder, itself, START, UNTIL, HERE)
+    nothing = _probe(tmp_path, reference)
+    nothing["rows"][1].pop("rounds_compared")
+    with pytest.raises(ConfigError, match="compared no training round"):
+        cpu_window.probe_window(folder, nothing, START, UNTIL, HERE)
+    whole = _probe(tmp_path, reference)  # a whole run compared: every case score, none differing
+    whole["rows"][1] = {**whole["rows"][1], "rounds_compared": None, "case_scores": 204, "differing_case_scores": 0}
+    assert cpu_window.probe_window(folder, whole, START, UNTIL, HERE)["probe"]["case_scores"] == 204
+    whole["rows"][1]["differing_case_scores"] = 3
+    with pytest.raises(ConfigError, match="differ from its reference"):
+        cpu_window.probe_window(folder, whole, START, UNTIL, HERE)
 
 
 def test_a_probe_of_a_family_without_a_signature_needs_no_window(folder, tmp_path):
@@ -106,6 +126,12 @@ def test_a_window_that_overlaps_a_signed_one_or_holds_another_machines_run_is_re
     _put(folder, "prostate_fedavg_RUNMC_seed3", intel)
     with pytest.raises(ConfigError, match="prostate_fedavg_RUNMC_seed3"):
         cpu_window.add_window(folder, cpu_window.probe_window(folder, probe, START, UNTIL, HERE))
+    (folder / "runs" / "prostate_fedavg_RUNMC_seed3" / "run.json").unlink()
+    early = {**_record("prostate_uniform_BMC_seed6"), "run_id": "prostate_uniform_UCL_seed6", "ended_at": START + 50}
+    early["executor"] = {k: v for k, v in early["executor"].items() if k != "cpu_signature"}
+    _put(folder, "prostate_uniform_UCL_seed6", early)
+    with pytest.raises(ConfigError, match="would sign \\['runs/prostate_uniform_UCL_seed6'\\], which ended before"):
+        cpu_window.add_window(folder, cpu_window.probe_window(folder, probe, START, UNTIL, HERE))
     assert (folder / CPU_TIMELINE).read_bytes() == timeline, "the timeline is as it was"
 
 
@@ -115,9 +141,14 @@ def test_the_command_writes_the_window_and_refuses_in_one_line(folder, tmp_path,
     probe.mkdir()
     (probe / cpu_window.SAME_CELL_FILE).write_text(
         json.dumps(_probe(tmp_path, folder / "runs/prostate_fedavg_BIDMC_seed6/run.json")))
-    assert cpu_window.main([str(folder), "--probe", str(probe), "--from", "2026-12-03T00:00Z",
-                            "--until", "2026-12-03T03:00Z"]) == 0
+    assert cpu_window.main([str(folder), "--probe", str(probe), "--from", "2030-03-17T17:46:40Z",
+                            "--until", str(UNTIL)]) == 0
     first = json.loads((folder / CPU_TIMELINE).read_text())["windows"][0]
-    assert (first["from"], first["until"]) == (1796256000, 1796266800) and first["signature"] == SIGNATURE
+    assert (first["from"], first["until"]) == (START, UNTIL) and first["signature"] == SIGNATURE
+    assert "it signs 0 run(s): none yet" in capsys.readouterr().out
     assert cpu_window.main([str(tmp_path / "nothing"), "--probe", str(probe), "--from", "1"]) == 2
-    assert "refused: " in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith(f"refused: {tmp_path / 'nothing'}: not a results folder")
+    (folder / CPU_TIMELINE).write_text("{not json")
+    assert cpu_window.main([str(folder), "--probe", str(probe), "--from", str(START), "--until", str(UNTIL)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("refused: ") and CPU_TIMELINE in err and len(err.strip().splitlines()) == 1

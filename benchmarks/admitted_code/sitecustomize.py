@@ -6,7 +6,8 @@ loaded as the module ``feddg_simulator_fixes`` right after NVFlare's ``simulator
 ``install()`` runs at import and gives each site's worker process its own thread's name and ports no other run on
 the host draws (:mod:`feddg.flare.simulator`). It changes which name and port each worker gets, nothing a run
 computes. Without the variable, or in a process that never imports the runner, it does nothing. The file needs
-NVFlare only, not the package, so it works beside whichever ``feddg`` the process imports.
+NVFlare only, not the package, so it works beside whichever ``feddg`` the process imports. Being first on the path,
+it hides any other ``sitecustomize`` (the project's environments have none).
 """
 
 import importlib.abc
@@ -30,6 +31,8 @@ class _AfterRunner(importlib.abc.MetaPathFinder):
             return None
         sys.meta_path.remove(self)  # once; find_spec below then asks the other finders
         spec = importlib.util.find_spec(name)
+        if spec is None:  # no NVFlare here: the import fails as it would without the shim
+            return None
         run_module = spec.loader.exec_module
 
         def exec_module(module):

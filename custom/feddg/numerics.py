@@ -128,7 +128,7 @@ def numerics(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     picked (when torch is loaded)."""
     environ = os.environ if environ is None else environ
     variables = sorted({k for pinned in PINNED.values() for k in pinned})
-    out: dict[str, Any] = {"cpu_pin": cpu_pin_mode(environ), "avx512": "avx512f" in cpu_flags(),
+    out: dict[str, Any] = {"cpu_pin": cpu_pin_mode(environ), "avx512": has_avx512(),
                            "variables": {k: environ.get(k) for k in variables}}
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -182,14 +182,19 @@ def numbers_family(cpu: str | None, cpu_pin: str | None, avx512: bool | None,
     return f"{maker} {kernels} [{signature}]" if signature else f"{maker} {kernels}"
 
 
+def has_avx512() -> bool:
+    """Whether this machine's CPU has AVX-512 (``avx512f`` among :func:`cpu_flags`)."""
+    return "avx512f" in cpu_flags()
+
+
 def host_cpu() -> dict[str, Any]:
     """What a run record says of the CPU that made it (its executor's fields): ``cpu`` (:func:`cpu_model`),
-    ``avx512`` (whether :func:`cpu_flags` has ``avx512f``) and ``cpu_signature`` (:func:`cpu_signature`)."""
-    return {"cpu": cpu_model(), "avx512": "avx512f" in cpu_flags(), "cpu_signature": cpu_signature()}
+    ``avx512`` (:func:`has_avx512`) and ``cpu_signature`` (:func:`cpu_signature`)."""
+    return {"cpu": cpu_model(), "avx512": has_avx512(), "cpu_signature": cpu_signature()}
 
 
-def host_family(cpu_pin: str) -> str:
-    """This machine's numbers family for runs made here with ``cpu_pin`` (:func:`numbers_family` of
-    :func:`host_cpu`)."""
-    cpu = host_cpu()
+def host_family(cpu_pin: str, cpu: Mapping[str, Any] | None = None) -> str:
+    """The numbers family of runs made with ``cpu_pin`` on this machine, or on the machine whose :func:`host_cpu`
+    fields are ``cpu`` (:func:`numbers_family`)."""
+    cpu = host_cpu() if cpu is None else cpu
     return numbers_family(cpu["cpu"], cpu_pin, cpu["avx512"], cpu["cpu_signature"])

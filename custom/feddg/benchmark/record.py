@@ -126,14 +126,17 @@ def check_record(path: Path, record: dict[str, Any], scores: bool = False) -> di
     return record
 
 
-def run_records(out: Path, scores: bool = False, under: str = "runs") -> dict[str, dict[str, Any]]:
+def run_records(out: Path, scores: bool = False, under: str = "runs",
+                windows: list[dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Folder name -> record, for every ``runs/<name>/run.json`` of ``out`` (``under``: another subfolder, e.g.
     :data:`ASIDE_DIR`) that can be read, in name order (one that cannot be read as JSON is no record: its run counts
     as not run, as after a write that was cut short). A record that reads but lacks a field is refused
-    (:func:`check_record`, with ``scores`` for the tables): its numbers would be guesses."""
+    (:func:`check_record`, with ``scores`` for the tables): its numbers would be guesses. What a record predates is
+    taken from the folder's timeline (:func:`cpu_timeline`), or from ``windows`` in its place (a timeline tried
+    before it is written)."""
     found = {path.parent.name: (path, read_json(path)) for path in sorted(Path(out).glob(f"{under}/*/{RUN_FILE}"))}
     records = {name: check_record(path, record, scores) for name, (path, record) in found.items() if record}
-    windows = cpu_timeline(out)
+    windows = cpu_timeline(out) if windows is None else windows
     for name, record in records.items():  # what a record predates (its CPU, its signature): the folder's timeline
         executor = record.get("executor") if isinstance(record.get("executor"), dict) else {}
         window = _window(windows, record) if windows else None
@@ -153,8 +156,10 @@ def run_records(out: Path, scores: bool = False, under: str = "runs") -> dict[st
     return records
 
 
-def _utc_now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def utc_time(moment: float | None = None) -> str:
+    """A time (epoch seconds; now by default) as the records write one: ISO 8601 in UTC to the second
+    (``2026-12-02T00:36:00Z``)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
 
 
 # ---------------------------------------------------------------------------------------------------- the protocol
@@ -203,7 +208,7 @@ def prepare_folder(out: Path, protocol: Protocol, report: Report = print, write:
         write_json(path, {**protocol.settings(), **kept}, indent=2)
         return
     report(f"note: {path} {rebuilt}")
-    write_json(path, {**recorded, "rebuilt_from_runs": _utc_now(), **kept}, indent=2)
+    write_json(path, {**recorded, "rebuilt_from_runs": utc_time(), **kept}, indent=2)
 
 
 Design = dict[str, dict[str, list[int]]]  # method -> held-out site -> seeds: the cells asked for
@@ -348,7 +353,7 @@ def folder_lock(out: Path, report: Report = print) -> Iterator[None]:
                 raise ConfigError(refusal)
             report(f"note: {path} was left by pid {holder['pid']} on {holder['host']}, which no longer runs; "
                    f"taking it over")
-        mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": _utc_now()}
+        mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": utc_time()}
         write_json(path, mine)
     try:
         yield

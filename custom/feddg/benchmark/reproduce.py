@@ -18,7 +18,6 @@ with no check on it.
 from __future__ import annotations
 
 import shutil
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from feddg.benchmark.cells import SWEEP_CPU_PIN, prepare_cell, run_cells
 from feddg.benchmark.executors.base import CellExecutor
 from feddg.benchmark.executors.local import LocalExecutor
 from feddg.benchmark.protocol import Protocol, Run, first_difference, run_mismatch
-from feddg.benchmark.record import ASIDE_DIR, SWEEP_FILE, finished, run_cpu, run_family, run_records
+from feddg.benchmark.record import ASIDE_DIR, SWEEP_FILE, finished, run_cpu, run_family, run_records, utc_time
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, write_json
 
@@ -166,7 +165,7 @@ def check_code(out: Path, records: dict[str, dict], protocol: Protocol, timeout:
     recorded = read_json(path)
     evidence = [*recorded.get("code_evidence", []),
                 {"to_code": current, "cpu": here, "family": family, "admitted": refusal is None, "methods": checks,
-                 "checked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}]
+                 "checked": utc_time()}]
     write_json(path, {**recorded, "code_evidence": evidence}, indent=2)
     if refusal is not None:
         raise ConfigError(refusal)
