@@ -15,9 +15,15 @@ nothing; whose reference is not a run of ``FOLDER``; whose other runs are the fo
 were made on another CPU model or AVX-512 than this machine's (the admitted code records no signature, so a run of
 another generation of the same model is told apart only by the window's bounds); a reference of another family
 than this machine's (a family without a signature is joined by running as its runs did, with no window: the tool
-says so); a window that overlaps another signed one, that holds a run recorded on another CPU model or AVX-512, or
-that would sign a run that ended before the probe started. The runs it signs are printed: a ``--from`` earlier
-than the session would show another session's runs there.
+says so); a window that overlaps another signed one, that holds a run recorded on another CPU model or AVX-512,
+that would sign a run that ended before the probe started, or a run of a seed another family holds. The runs it
+signs are printed: a ``--from`` earlier than the session would show another session's runs there.
+
+A machine whose family the folder does not hold yet founds one with a seed of its own: the probe is made first (the
+new seed's first cell, three rounds, beside the folder), the sweep then makes that cell in the folder, and the probe
+compares the sweep's run with it (``same_cell.py FOLDER/runs/<cell>/run.json /tmp/probe/runs/<cell>/run.json``).
+The reference then ended in the window, so it is one of the runs the window signs (the window records
+``"founds": true``): the probe shows the runs repeat on this machine, the window's bounds that this session made them.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from feddg.benchmark.record import ASIDE_DIR, CPU_TIMELINE, cpu_timeline, run_family, run_records, utc_time
+from feddg.benchmark.record import (ASIDE_DIR, CPU_TIMELINE, cpu_timeline, run_family, run_records, seed_families,
+                                    utc_time)
 from feddg.config import ConfigError
 from feddg.jsonfile import read_json, write_json
 from feddg.numerics import host_cpu, host_family
@@ -60,7 +67,8 @@ def probe_window(out: Path, probe: dict[str, Any], start: float, until: float,
     ConfigError naming what is wrong otherwise: the probe's runs differ from its reference or compared nothing, its
     reference is not a run of ``out``, one of its other runs is one of ``out``'s, was not made in the window, or on
     a CPU other than ``cpu`` (as far as the run recorded it: the admitted code records no signature), or the
-    reference's family is not the one this window makes."""
+    reference's family is not the one this window makes (a reference that ended in the window is read with it: the
+    first window of a family, whose reference is one of the runs it signs)."""
     if not start < until:
         raise ConfigError(f"--from {utc_time(start)} is not before --until {utc_time(until)}")
     runs, rows = probe.get("runs"), probe.get("rows")
@@ -87,36 +95,48 @@ def probe_window(out: Path, probe: dict[str, Any], start: float, until: float,
         made = (executor.get("cpu"), executor.get("avx512"), executor.get("cpu_signature") or cpu["cpu_signature"])
         if made != (cpu["cpu"], cpu["avx512"], cpu["cpu_signature"]):
             raise ConfigError(f"the probe's run {path} was made on {made[0]} (avx512 {made[1]}, signature "
-                              f"{made[2]}), not on this machine ({cpu['cpu']}, {cpu['avx512']}, {cpu['cpu_signature']})")
+                              f"{made[2]}), not on this machine ({cpu['cpu']}, {cpu['avx512']}, "
+                              f"{cpu['cpu_signature']})")
         ended = record.get("ended_at")
         if not (isinstance(ended, (int, float)) and start <= ended < until):
             raise ConfigError(f"the probe's run {path} did not end in the window (ended_at {ended!r}): it is not "
                               "this session's")
         started.append(ended - record.get("wall_s", 0))
-    pin = reference.get("cpu_pin", "off")
-    theirs, here = run_family(reference), host_family(pin, cpu)
-    if theirs == host_family(pin, {**cpu, "cpu_signature": None}):
-        return None
-    if theirs != here:
-        raise ConfigError(f"the probe's reference is of family {theirs!r}, this machine's is {here!r}")
     compared = {"rounds": min(r["rounds_compared"] for r in rows[1:])} if all(
         r.get("rounds_compared") for r in rows[1:]) else {"case_scores": min(r["case_scores"] for r in rows[1:])}
-    return {"cpu": cpu["cpu"], "avx512": cpu["avx512"], "signature": cpu["cpu_signature"],
-            "from": math.floor(start), "until": math.ceil(until),
-            "probe": {"reference": reference_path.parent.name, "codes": sorted({str(r.get("code")) for r in rows}),
-                      **compared, "differences": 0, "started": math.floor(min(started)), "written": utc_time()}}
+    window = {"cpu": cpu["cpu"], "avx512": cpu["avx512"], "signature": cpu["cpu_signature"],
+              "from": math.floor(start), "until": math.ceil(until),
+              "probe": {"reference": reference_path.parent.name, "codes": sorted({str(r.get("code")) for r in rows}),
+                        **compared, "differences": 0, "started": math.floor(min(started)), "written": utc_time()}}
+    pin = reference.get("cpu_pin", "off")
+    here = host_family(pin, cpu)
+    ended = reference.get("ended_at")
+    if isinstance(ended, (int, float)) and window["from"] <= ended < window["until"]:
+        # The reference is one of the session's own runs, which this window signs: the first window of a family
+        # (a seed no machine of an older family makes), its probe made before the runs it signs.
+        window["probe"]["founds"] = True
+        theirs = run_family(run_records(out, windows=[window, *cpu_timeline(out)])[reference_path.parent.name])
+    else:
+        theirs = run_family(reference)
+        if theirs == host_family(pin, {**cpu, "cpu_signature": None}):
+            return None
+    if theirs != here:
+        raise ConfigError(f"the probe's reference is of family {theirs!r}, this machine's is {here!r}")
+    return window
 
 
 def add_window(out: Path, window: dict[str, Any]) -> list[str]:
     """Write ``window`` first in ``out``'s timeline, and return the runs it gives a signature to (in name order).
     Checked before anything is written, with the whole folder read as the tables will read it: ConfigError when it
     overlaps another window with a signature, when it would hold a run made on another CPU
-    (:func:`feddg.benchmark.record.run_records`), or give the signature to a run that ended before the probe
-    started (the probe speaks for the machine from then on)."""
+    (:func:`feddg.benchmark.record.run_records`), give the signature to a run that ended before the probe
+    started (the probe speaks for the machine from then on), or to a run of a seed that another family's runs hold
+    (:func:`feddg.benchmark.record.seed_families`: the run would leave its seed's pairs)."""
     path = Path(out) / CPU_TIMELINE
     windows = cpu_timeline(out)
     for i, w in enumerate(windows):
-        if "signature" in w and w.get("from", -math.inf) < window["until"] and window["from"] < w.get("until", math.inf):
+        overlaps = w.get("from", -math.inf) < window["until"] and window["from"] < w.get("until", math.inf)
+        if "signature" in w and overlaps:
             raise ConfigError(f"{path}: the window overlaps windows[{i}] (signature {w['signature']!r}); "
                               "narrow --from or --until")
     new = [window, *windows]
@@ -128,6 +148,13 @@ def add_window(out: Path, window: dict[str, Any]) -> list[str]:
     if early:
         raise ConfigError(f"{path}: the window would sign {early}, which ended before the probe started; "
                           "narrow --from")
+    kept = run_records(out, windows=new)
+    owners = seed_families(r for name, r in kept.items() if f"runs/{name}" not in signed)
+    taken = sorted(f"{name} (seed {seed}: {owners[seed]})" for name, r in signed.items()
+                   if name.startswith("runs/") and owners.get(seed := r["run"]["seed"], run_family(r)) != run_family(r))
+    if taken:
+        raise ConfigError(f"{path}: the window would sign {taken}, whose seeds another family holds: a seed's runs "
+                          "come from one family, so this machine makes a seed of its own")
     data = read_json(path) if path.exists() else {}
     write_json(path, {"source": data.get("source") or "each window's probe (benchmarks/cpu_window.py)",
                       **{k: v for k, v in data.items() if k != "source"}, "windows": new}, indent=2)
@@ -158,8 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"refused: {e}", file=sys.stderr)
         return 2
     print(f"{args.folder / CPU_TIMELINE}: window {window['signature']} ({window['cpu']}, avx512 "
-          f"{window['avx512']}) for runs ended from {utc_time(window['from'])} until {utc_time(window['until'])}; it signs {len(signed)} run(s): "
-          f"{', '.join(signed) or 'none yet'}")
+          f"{window['avx512']}) for runs ended from {utc_time(window['from'])} until {utc_time(window['until'])}; "
+          f"it signs {len(signed)} run(s): {', '.join(signed) or 'none yet'}")
     return 0
 
 

@@ -4,11 +4,15 @@ committed reference of the suite machine's family re-run there, and the referenc
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from benchmarks.cpu_reference import JOBS, REFERENCES, compare, family_here, measure, read_reference
-from feddg.numerics import CPU_PIN_ENV, cpu_pin_mode, effective_kernels, numbers_family, pinned_environment
+from feddg.numerics import (CPU_PIN_ENV, SAME_NUMBERS, cpu_pin_mode, effective_kernels, numbers_family,
+                            pinned_environment)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
@@ -95,6 +99,26 @@ def test_the_pin_is_one_setting_with_its_variables():
     assert numbers_family(None, "off", False) == numbers_family("Intel Xeon", "off", None) == "unknown"
     assert numbers_family("AMD EPYC", "off", False, "23/49 L3 16M") == "AMD avx2 [23/49 L3 16M]"
     assert numbers_family(None, "off", False, "23/49 L3 16M") == "unknown"
+    # a generation measured to repeat another's runs takes that family's name; another keeps its own
+    assert numbers_family("AMD EPYC", "off", False, "25/1 L1d 32K L2 512K L3 32M") == \
+        "AMD avx2 [23/49 L1d 32K L2 512K L3 16M]"
+    assert numbers_family("AMD EPYC", "off", False, "25/1 L1d 32K L2 512K L3 16M") == \
+        "AMD avx2 [25/1 L1d 32K L2 512K L3 16M]"
+
+
+def test_each_signature_that_joins_a_family_rests_on_whole_runs_that_repeated_it():
+    """SAME_NUMBERS is a measurement: for each entry the committed comparisons of whole runs show no per-case score
+    and no round's training loss differing, and a family's name is not itself mapped on (one step, no chains)."""
+    checks = ROOT / "benchmarks/results/cpu_check_prostate"
+    evidence = {"25/1 L1d 32K L2 512K L3 32M": sorted(checks.glob("amd_avx2_25-1_code_7178543b_*_RUNMC_seed6"))}
+    assert set(evidence) == set(SAME_NUMBERS), "each entry names its evidence here"
+    for signature, folders in evidence.items():
+        assert SAME_NUMBERS[signature] not in SAME_NUMBERS
+        assert len(folders) == 2, folders
+        for folder in folders:
+            rows = json.loads((folder / "same_cell.json").read_text())["rows"]
+            assert [(r["case_scores"], r["differing_case_scores"], r["first_loss_difference"]) for r in rows] == \
+                [(204, 0, None)] * 2, folder
 
 
 def test_the_cpu_signature_is_the_generation_and_the_data_caches_of_the_first_core(tmp_path):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import benchmarks.cpu_window as cpu_window
+from feddg.benchmark.provenance import families_of_runs, runs_by_family
 from feddg.benchmark.record import CPU_TIMELINE, run_family, run_records
 from feddg.config import ConfigError
 
@@ -18,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SET = ROOT / "benchmarks/results/loso_prostate_seeds"
 SIGNATURE = "23/49 L1d 32K L2 512K L3 16M"
 HERE = {"cpu": "AMD EPYC", "avx512": False, "cpu_signature": SIGNATURE}
+NEW = "23/113 L1d 32K L2 512K L3 32M"  # a generation no run of the set was made on
 START, UNTIL = 1900000000, 1900010000  # a session (2030) after every run the set will hold
 
 
@@ -111,6 +113,57 @@ def test_a_probe_that_differs_or_is_not_of_this_folder_or_machine_is_refused(fol
 def test_a_probe_of_a_family_without_a_signature_needs_no_window(folder, tmp_path):
     probe = _probe(tmp_path, folder / "runs/prostate_fedavg_BIDMC_seed0/run.json")
     assert cpu_window.probe_window(folder, probe, START, UNTIL, HERE) is None
+
+
+def _session_run(folder: Path, name: str, seed: int, ended: float) -> Path:
+    """A run of ``folder`` made this session on this machine with the admitted code (no signature recorded)."""
+    record = copy.deepcopy(_record("prostate_fedavg_BIDMC_seed6"))
+    record["executor"].pop("cpu_signature", None)
+    record.update(run_id=name, ended_at=ended, run={**record["run"], "seed": seed})
+    return _put(folder, name, record)
+
+
+def test_a_machine_of_a_new_family_founds_it_with_a_seed_of_its_own(folder, tmp_path):
+    reference = _session_run(folder, "prostate_fedavg_BIDMC_seed7", 7, START + 900)  # ended after the probe
+    sibling = _session_run(folder, "prostate_uniform_BIDMC_seed7", 7, START + 950)
+    assert run_family(run_records(folder)["prostate_fedavg_BIDMC_seed7"]) == "AMD avx2", "unsigned before"
+    here = {**HERE, "cpu_signature": NEW}
+    window = cpu_window.probe_window(folder, _probe(tmp_path, reference), START, UNTIL, here)
+    assert window["probe"]["founds"] is True and window["signature"] == here["cpu_signature"]
+    assert cpu_window.add_window(folder, window) == [f"runs/{reference.parent.name}", f"runs/{sibling.parent.name}"]
+    families = {n: run_family(r) for n, r in run_records(folder).items()}
+    assert families["prostate_fedavg_BIDMC_seed7"] == families["prostate_uniform_BIDMC_seed7"] == \
+        f"AMD avx2 [{NEW}]"
+    assert families["prostate_fedavg_BIDMC_seed0"] == "AMD avx2", "the older seeds keep theirs"
+
+
+def test_a_machine_measured_to_repeat_a_family_signs_its_runs_into_it_naming_its_own_signature(folder, tmp_path):
+    """The 25/1 machine repeats the 23/49 machine's runs (feddg.numerics.SAME_NUMBERS): its window keeps its own
+    signature, and its runs join seed 6's family; the tables name both signatures."""
+    own = "25/1 L1d 32K L2 512K L3 32M"
+    session = _session_run(folder, "prostate_uniform_UCL_seed6", 6, START + 900)
+    window = cpu_window.probe_window(folder, _probe(tmp_path, folder / "runs/prostate_fedavg_BIDMC_seed6/run.json"),
+                                     START, UNTIL, {**HERE, "cpu_signature": own})
+    assert window["signature"] == own and "founds" not in window["probe"]
+    assert cpu_window.add_window(folder, window) == [f"runs/{session.parent.name}"]
+    records = run_records(folder)
+    assert records["prostate_uniform_UCL_seed6"]["executor"]["cpu_signature"] == own
+    assert run_family(records["prostate_uniform_UCL_seed6"]) == run_family(records["prostate_fedavg_BIDMC_seed6"])
+    assert runs_by_family(list(records.values()))[f"AMD avx2 [{SIGNATURE}]"]["made_on"] == {SIGNATURE: 1, own: 1}
+    assert f"AMD avx2 [{SIGNATURE}] (2 runs; seed 6; made on {SIGNATURE} (1 run), {own} (1 run))" in \
+        families_of_runs(list(records.values()))
+
+
+def test_a_window_that_would_sign_runs_of_a_seed_another_family_holds_is_refused(folder, tmp_path):
+    """A session that probed one of its own runs of seed 0 (the unsigned family's) would move it out of seed 0's
+    family: refused, so such a machine makes a seed of its own."""
+    reference = _session_run(folder, "prostate_uniform_BIDMC_seed0", 0, START + 900)
+    timeline = (folder / CPU_TIMELINE).read_bytes()
+    window = cpu_window.probe_window(folder, _probe(tmp_path, reference), START, UNTIL,
+                                     {**HERE, "cpu_signature": NEW})
+    with pytest.raises(ConfigError, match="prostate_uniform_BIDMC_seed0 \\(seed 0: AMD avx2\\)"):
+        cpu_window.add_window(folder, window)
+    assert (folder / CPU_TIMELINE).read_bytes() == timeline
 
 
 def test_a_window_that_overlaps_a_signed_one_or_holds_another_machines_run_is_refused_unwritten(folder, tmp_path):

@@ -22,9 +22,10 @@ prostate protocol with the same code, 173 and 171 of 204 per-case scores differe
 ``benchmarks/results/cpu_check_prostate``). oneDNN blocks its convolution loops by the CPU's cache sizes, which no
 ISA cap fixes, and two AMD EPYC machines without AVX-512 of different generations differ too (2026-12-01:
 :func:`cpu_signature`). So a run repeats on its :func:`numbers_family` (the CPU's maker, the kernels it ran and,
-where recorded, the CPU's generation and caches), and the benchmark keeps each seed's runs within one family (:mod:`feddg.benchmark.record`); its default is ``off``, the
-machine's fastest kernels, since pinning buys no repeatability across makers. What the pin still gives: one
-kernel family on Intel machines with and without AVX-512.
+where recorded, the CPU's generation and caches, or the family another generation was measured to repeat:
+:data:`SAME_NUMBERS`), and the benchmark keeps each seed's runs within one family (:mod:`feddg.benchmark.record`);
+its default is ``off``, the machine's fastest kernels, since pinning buys no repeatability across makers. What the
+pin still gives: one kernel family on Intel machines with and without AVX-512.
 """
 
 from __future__ import annotations
@@ -156,6 +157,19 @@ def cpu_maker(cpu: str | None) -> str | None:
     return next((maker for maker in ("AMD", "Intel") if maker.lower() in cpu.lower()), cpu)
 
 
+# CPU signature -> the signature whose family its runs join, because they were measured to give the same numbers:
+# whole protocol runs of that family made again on a machine of this signature, every per-case score identical. The
+# signature alone decides nothing here; the measurement does, and a signature not listed keeps a family of its own.
+SAME_NUMBERS: dict[str, str] = {
+    # 2026-12-02: the AMD EPYC 25/1 re-ran two whole runs of the 23/49 machine (the prostate set's FedAvg and uniform
+    # held out at RUNMC, seed 6, its admitted code): 0 of 204 per-case scores and no round's training loss differed
+    # (benchmarks/results/cpu_check_prostate/amd_avx2_25-1_code_7178543b_*_RUNMC_seed6). Its L1d and L2 are the
+    # 23/49 machine's; its generation and L3 are not. Like that machine, it does not repeat seeds 0-2's
+    # (amd_avx2_25-1_first_rounds_fedavg_BIDMC_seed0).
+    "25/1 L1d 32K L2 512K L3 32M": "23/49 L1d 32K L2 512K L3 16M",
+}
+
+
 def numbers_family(cpu: str | None, cpu_pin: str | None, avx512: bool | None,
                    signature: str | None = None) -> str:
     """What a run repeats bit for bit on: the CPU's maker and the kernel family it ran (:func:`effective_kernels`),
@@ -163,7 +177,8 @@ def numbers_family(cpu: str | None, cpu_pin: str | None, avx512: bool | None,
     generation and caches (:func:`cpu_signature`) where the run recorded them, e.g. ``AMD avx2 [23/49 L1d 32K L2
     512K L3 16M]``; ``unknown`` when the record cannot tell the maker or the kernels. A family without a signature
     is that of runs made before runs recorded it: one machine of that maker and kernels, whose generation is not
-    known, so a machine with a signature never joins it (one did not repeat it: :func:`cpu_signature`).
+    known, so a machine with a signature never joins it (one did not repeat it: :func:`cpu_signature`). A signature
+    measured to repeat another's family takes that family's name (:data:`SAME_NUMBERS`).
 
     The pin does not carry a run across CPUs that differ in more than the instruction set: oneDNN sizes its
     convolution loops by the CPU's caches, and the ISA cap does not fix that. So the maker is part of the family
@@ -179,6 +194,7 @@ def numbers_family(cpu: str | None, cpu_pin: str | None, avx512: bool | None,
     maker = cpu_maker(cpu)
     if maker is None or kernels == "unknown":
         return "unknown"
+    signature = SAME_NUMBERS.get(signature, signature) if signature else None
     return f"{maker} {kernels} [{signature}]" if signature else f"{maker} {kernels}"
 
 

@@ -62,19 +62,31 @@ def cpus_of_runs(records: Sequence[dict[str, Any]]) -> str:
 
 
 def runs_by_family(records: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Numbers family -> ``{"runs": n, "seeds": [...]}`` for the finished runs (:func:`~feddg.benchmark.record.run_family`:
-    what a run repeats bit for bit on, which the CPU model alone does not say). A pair's two runs come from one
-    family, so the reader sees which seeds came from which machines."""
+    """Numbers family -> ``{"runs": n, "seeds": [...]}`` for the finished runs
+    (:func:`~feddg.benchmark.record.run_family`: what a run repeats bit for bit on, which the CPU model alone does
+    not say), with ``"made_on": {signature: n}``
+    where the family holds runs of more than one CPU signature (:data:`feddg.numerics.SAME_NUMBERS`). A pair's two
+    runs come from one family, so the reader sees which seeds came from which machines."""
     seeds: dict[str, list[int]] = defaultdict(list)  # family -> the seed of each of its runs
+    made_on: dict[str, Counter] = defaultdict(Counter)  # family -> its runs' CPU signatures
     for r in finished(records):
-        seeds[run_family(r)].append(int(r["run"]["seed"]))
-    return {f: {"runs": len(s), "seeds": sorted(set(s))} for f, s in sorted(seeds.items())}
+        family = run_family(r)
+        seeds[family].append(int(r["run"]["seed"]))
+        made_on[family][(r.get("executor") or {}).get("cpu_signature") or "not recorded"] += 1
+    return {f: {"runs": len(s), "seeds": sorted(set(s)),
+                **({"made_on": dict(sorted(made_on[f].items()))} if len(made_on[f]) > 1 else {})}
+            for f, s in sorted(seeds.items())}
 
 
 def families_of_runs(records: Sequence[dict[str, Any]]) -> str:
     """:func:`runs_by_family` as a phrase: ``AMD avx2 (31 runs; seeds 0-2), Intel native-avx512 (35 runs; seeds
-    3-4)``."""
-    return ", ".join(f"{f} ({plural(v['runs'], 'run')}; {seed_list(v['seeds'])})"
+    3-4)``, naming the signatures of a family made on several: ``AMD avx2 [23/49 ...] (24 runs; seed 6; made on 23/49
+    ... (10 runs), 25/1 ... (14 runs))``."""
+    def made_on(v: dict[str, Any]) -> str:
+        return "; made on " + ", ".join(f"{sig} ({plural(n, 'run')})" for sig, n in v["made_on"].items()) \
+            if "made_on" in v else ""
+
+    return ", ".join(f"{f} ({plural(v['runs'], 'run')}; {seed_list(v['seeds'])}{made_on(v)})"
                      for f, v in runs_by_family(records).items())
 
 
