@@ -218,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.write:
         path = reference_path(measured["family"])
+        theirs = json.loads(path.read_text()).get("signature") if path.exists() else None
+        if theirs and theirs != measured["signature"]:  # a family of several signatures (numerics.SAME_NUMBERS)
+            print(f"cpu_reference: {path} is the reference of {measured['family']}, made on {theirs}; this machine "
+                  f"({measured['signature']}) joins that family by measurement: check it with --check, not "
+                  "--write", file=sys.stderr)
+            return 2
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n")
         print(f"wrote {path} ({measured['cpu']}, {measured['family']}, code {measured['code'][:12]})")

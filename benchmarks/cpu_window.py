@@ -21,9 +21,16 @@ signs are printed: a ``--from`` earlier than the session would show another sess
 
 A machine whose family the folder does not hold yet founds one with a seed of its own: the probe is made first (the
 new seed's first cell, three rounds, beside the folder), the sweep then makes that cell in the folder, and the probe
-compares the sweep's run with it (``same_cell.py FOLDER/runs/<cell>/run.json /tmp/probe/runs/<cell>/run.json``).
+compares the sweep's run with it:
+
+    python benchmarks/admitted_sweep.py --commit beb898b -- --task prostate --out /tmp/probe --methods fedavg \
+        --held-out BIDMC --seeds 7 --set train.rounds=3                                # before the sweep
+    python benchmarks/same_cell.py FOLDER/runs/prostate_fedavg_BIDMC_seed7/run.json \
+        /tmp/probe/runs/prostate_fedavg_BIDMC_seed7/run.json --label set --label here --rounds 3 --out /tmp/probe/same
+
 The reference then ended in the window, so it is one of the runs the window signs (the window records
-``"founds": true``): the probe shows the runs repeat on this machine, the window's bounds that this session made them.
+``"founds": true`` when no run outside it is of this machine's family): the probe shows the runs repeat on this
+machine, the window's bounds that this session made them.
 """
 
 from __future__ import annotations
@@ -71,6 +78,9 @@ def probe_window(out: Path, probe: dict[str, Any], start: float, until: float,
     first window of a family, whose reference is one of the runs it signs)."""
     if not start < until:
         raise ConfigError(f"--from {utc_time(start)} is not before --until {utc_time(until)}")
+    if not cpu.get("cpu_signature"):
+        raise ConfigError("this machine's CPU signature cannot be read (feddg.numerics.cpu_signature): a window "
+                          "gives a signature, so there is none to give")
     runs, rows = probe.get("runs"), probe.get("rows")
     if not (isinstance(runs, list) and isinstance(rows, list) and len(runs) == len(rows) >= 2):
         raise ConfigError("the probe is not benchmarks/same_cell.py's output (runs and rows, two or more)")
@@ -112,10 +122,13 @@ def probe_window(out: Path, probe: dict[str, Any], start: float, until: float,
     here = host_family(pin, cpu)
     ended = reference.get("ended_at")
     if isinstance(ended, (int, float)) and window["from"] <= ended < window["until"]:
-        # The reference is one of the session's own runs, which this window signs: the first window of a family
-        # (a seed no machine of an older family makes), its probe made before the runs it signs.
-        window["probe"]["founds"] = True
+        # The reference is one of the session's own runs, which this window signs, so the family check below
+        # compares the window with itself: the probe (made before the runs it signs, add_window) is the evidence
+        # that the runs repeat here, and the window's bounds that this session made them. It founds a family when
+        # no run outside the window is of it.
         theirs = run_family(run_records(out, windows=[window, *cpu_timeline(out)])[reference_path.parent.name])
+        if all(run_family(r) != here for r in run_records(out).values()):
+            window["probe"]["founds"] = True
     else:
         theirs = run_family(reference)
         if theirs == host_family(pin, {**cpu, "cpu_signature": None}):

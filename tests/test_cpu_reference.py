@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.cpu_reference import JOBS, REFERENCES, compare, family_here, measure, read_reference
+from feddg.benchmark.record import run_family, run_records
 from feddg.numerics import (CPU_PIN_ENV, SAME_NUMBERS, cpu_pin_mode, effective_kernels, numbers_family,
                             pinned_environment)
 
@@ -112,13 +113,19 @@ def test_each_signature_that_joins_a_family_rests_on_whole_runs_that_repeated_it
     checks = ROOT / "benchmarks/results/cpu_check_prostate"
     evidence = {"25/1 L1d 32K L2 512K L3 32M": sorted(checks.glob("amd_avx2_25-1_code_7178543b_*_RUNMC_seed6"))}
     assert set(evidence) == set(SAME_NUMBERS), "each entry names its evidence here"
+    the_set = ROOT / "benchmarks/results/loso_prostate_seeds"
+    made_then = run_records(the_set)  # the set's runs, with the CPU its timeline gives those that predate fields
     for signature, folders in evidence.items():
         assert SAME_NUMBERS[signature] not in SAME_NUMBERS
         assert len(folders) == 2, folders
         for folder in folders:
-            rows = json.loads((folder / "same_cell.json").read_text())["rows"]
-            assert [(r["case_scores"], r["differing_case_scores"], r["first_loss_difference"]) for r in rows] == \
-                [(204, 0, None)] * 2, folder
+            same = json.loads((folder / "same_cell.json").read_text())
+            reference, again = (ROOT / run for run in same["runs"])
+            assert reference.parent.parent == the_set / "runs" and again.parent == folder, same["runs"]
+            family = run_family(made_then[reference.parent.name])
+            assert family == f"AMD avx2 [{SAME_NUMBERS[signature]}]", "the reference is of the family joined"
+            assert [(r["case_scores"], r["differing_case_scores"], r["first_loss_difference"]) for r in
+                    same["rows"]] == [(204, 0, None)] * 2, folder
 
 
 def test_the_cpu_signature_is_the_generation_and_the_data_caches_of_the_first_core(tmp_path):
@@ -164,3 +171,22 @@ def test_the_cost_table_times_both_pins_side_by_side_and_compares_their_scores(t
     assert lines[0].startswith("| job | unpinned (s) | pinned avx2 (s) | pinned / unpinned | final weights |")
     assert lines[2].startswith("| fundus_fedavg |") and lines[2].endswith("| differ | identical |")
     assert "| identical | differ: final.A.test.0.disc.dice: 0.5 unpinned, 0.6 pinned" in lines[3]
+
+
+def test_write_refuses_to_replace_the_reference_of_a_family_made_on_another_signature(tmp_path, monkeypatch, capsys):
+    """A 25/1 machine is of the 23/49 family by measurement (SAME_NUMBERS): ``--write`` there would replace the
+    family's reference, made on 23/49, with its own; refused, the file unchanged. A machine of the reference's own
+    signature still writes it."""
+    import benchmarks.cpu_reference as script
+
+    family = "AMD avx2 [23/49 L1d 32K L2 512K L3 16M]"
+    monkeypatch.setattr(script, "REFERENCES", tmp_path)
+    committed = script.reference_path(family)
+    committed.write_text(json.dumps({"signature": "23/49 L1d 32K L2 512K L3 16M", "family": family}))
+    before = committed.read_bytes()
+    measured = {"cpu": "AMD EPYC", "family": family, "code": "c0de", "signature": "25/1 L1d 32K L2 512K L3 32M"}
+    monkeypatch.setattr(script, "measure", lambda workdir: dict(measured))
+    assert script.main(["--write"]) == 2
+    assert "made on 23/49 L1d 32K L2 512K L3 16M" in capsys.readouterr().err and committed.read_bytes() == before
+    monkeypatch.setattr(script, "measure", lambda workdir: {**measured, "signature": "23/49 L1d 32K L2 512K L3 16M"})
+    assert script.main(["--write"]) == 0 and json.loads(committed.read_text())["code"] == "c0de"

@@ -88,6 +88,8 @@ def test_a_probe_that_differs_or_is_not_of_this_folder_or_machine_is_refused(fol
     with pytest.raises(ConfigError, match="this machine's is 'AMD avx2 \\[23/49 L1d 32K L2 1M L3 16M\\]'"):
         cpu_window.probe_window(folder, _probe(tmp_path, reference), START, UNTIL,
                                 {**HERE, "cpu_signature": "23/49 L1d 32K L2 1M L3 16M"})
+    with pytest.raises(ConfigError, match="signature cannot be read"):
+        cpu_window.probe_window(folder, _probe(tmp_path, reference), START, UNTIL, {**HERE, "cpu_signature": None})
     with pytest.raises(ConfigError, match="not before"):
         cpu_window.probe_window(folder, _probe(tmp_path, reference), UNTIL, START, HERE)
     with pytest.raises(ConfigError, match="signature 23/49 L1d 48K"):
@@ -119,7 +121,10 @@ def _session_run(folder: Path, name: str, seed: int, ended: float) -> Path:
     """A run of ``folder`` made this session on this machine with the admitted code (no signature recorded)."""
     record = copy.deepcopy(_record("prostate_fedavg_BIDMC_seed6"))
     record["executor"].pop("cpu_signature", None)
-    record.update(run_id=name, ended_at=ended, run={**record["run"], "seed": seed})
+    method, held_out = name.split("_")[1:3]
+    record.update(run_id=name, ended_at=ended, run={**record["run"], "method": method, "held_out": held_out,
+                                                    "seed": seed})
+    record["config"]["train"]["seed"] = seed
     return _put(folder, name, record)
 
 
@@ -145,6 +150,10 @@ def test_a_machine_measured_to_repeat_a_family_signs_its_runs_into_it_naming_its
     window = cpu_window.probe_window(folder, _probe(tmp_path, folder / "runs/prostate_fedavg_BIDMC_seed6/run.json"),
                                      START, UNTIL, {**HERE, "cpu_signature": own})
     assert window["signature"] == own and "founds" not in window["probe"]
+    # the session's own run as the probe's reference: seed 6's family is held outside the window, so none is founded
+    own_reference = cpu_window.probe_window(folder, _probe(tmp_path, session), START, UNTIL,
+                                            {**HERE, "cpu_signature": own})
+    assert "founds" not in own_reference["probe"] and own_reference["signature"] == own
     assert cpu_window.add_window(folder, window) == [f"runs/{session.parent.name}"]
     records = run_records(folder)
     assert records["prostate_uniform_UCL_seed6"]["executor"]["cpu_signature"] == own
