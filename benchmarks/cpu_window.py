@@ -153,15 +153,16 @@ def add_window(out: Path, window: dict[str, Any]) -> list[str]:
             raise ConfigError(f"{path}: the window overlaps windows[{i}] (signature {w['signature']!r}); "
                               "narrow --from or --until")
     new = [window, *windows]
-    signed = {}
+    signed, kept = {}, {}  # kept: runs/ as the new timeline reads it
     for under in ("runs", ASIDE_DIR):
         before, after = run_records(out, under=under), run_records(out, under=under, windows=new)
         signed |= {f"{under}/{name}": r for name, r in after.items() if run_family(r) != run_family(before[name])}
+        if under == "runs":
+            kept = after
     early = sorted(name for name, r in signed.items() if r.get("ended_at", -math.inf) < window["probe"]["started"])
     if early:
         raise ConfigError(f"{path}: the window would sign {early}, which ended before the probe started; "
                           "narrow --from")
-    kept = run_records(out, windows=new)
     owners = seed_families(r for name, r in kept.items() if f"runs/{name}" not in signed)
     taken = sorted(f"{name} (seed {seed}: {owners[seed]})" for name, r in signed.items()
                    if name.startswith("runs/") and owners.get(seed := r["run"]["seed"], run_family(r)) != run_family(r))
