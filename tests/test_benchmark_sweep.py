@@ -14,6 +14,7 @@ from feddg.benchmark.reproduce import REPRODUCE_DIR, admitted_codes
 from feddg.benchmark.sweep import Protocol, Run, plan, prepare_folder, run_experiment, seed_overrides
 from feddg.folders import COMMITTED_JOBS
 from feddg.config import ConfigError
+from feddg.numerics import SAME_NUMBERS
 
 
 def test_a_seed_sets_the_training_seed_and_the_methods_seeds_never_the_splits_or_the_data():
@@ -283,7 +284,8 @@ def test_a_machine_of_another_cpu_generation_does_not_join_the_seeds_of_one_whos
     """Two AMD EPYC machines without AVX-512 gave other numbers for one prostate cell from its first round on, with
     either code (docs/benchmark.md): a machine that records its CPU's signature (generation and caches) leaves a
     seed made by runs without one to that machine, makes the first seed no family holds, and a second machine of
-    the same signature joins that seed."""
+    the same signature joins that seed; a machine of another generation joins it only when listed in
+    :data:`feddg.numerics.SAME_NUMBERS` (measured to repeat its whole runs)."""
     from feddg.benchmark import sweep as sweep_module
     from feddg.benchmark.record import run_records, seed_families
 
@@ -298,10 +300,17 @@ def test_a_machine_of_another_cpu_generation_does_not_join_the_seeds_of_one_whos
            f"avx2 [{zen2}] runs, and a pair's two runs must come from one family; a seed no family holds yet can " \
            f"be made here (the first: 1)" in lines, lines
     sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain1", "Domain2"], [1], report=lambda _: None)
-    _fake_executor(monkeypatch, sweep_module, "old-code", ran=ran, cpu="AMD EPYC", avx512=False,
-                   signature="25/1 L1d 32K L2 512K L3 32M")
+    unlisted = "25/8 L1d 32K L2 512K L3 64M"
+    assert unlisted not in SAME_NUMBERS, "a generation measured to repeat no family's runs"
+    _fake_executor(monkeypatch, sweep_module, "old-code", ran=ran, cpu="AMD EPYC", avx512=False, signature=unlisted)
     sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain3"], [1], report=lambda _: None)
     assert [r for r, _ in ran] == ["fundus_fedavg_Domain1_seed1", "fundus_fedavg_Domain2_seed1"]
+    assert seed_families(run_records(out).values()) == {0: "AMD avx2", 1: f"AMD avx2 [{zen2}]"}
+
+    joined = next(signature for signature, family in SAME_NUMBERS.items() if family == zen2)
+    _fake_executor(monkeypatch, sweep_module, "old-code", ran=ran, cpu="AMD EPYC", avx512=False, signature=joined)
+    sweep_module.sweep(out, Protocol("fundus"), ["fedavg"], ["Domain3"], [1], report=lambda _: None)
+    assert [r for r, _ in ran][2:] == ["fundus_fedavg_Domain3_seed1"], "a generation measured to repeat it joins"
     assert seed_families(run_records(out).values()) == {0: "AMD avx2", 1: f"AMD avx2 [{zen2}]"}
 
 
