@@ -93,7 +93,8 @@ def probe_window(out: Path, probe: dict[str, Any], start: float, until: float,
     reference_path = Path(runs[0]).resolve()
     if reference_path.parent.parent != folder / "runs":
         raise ConfigError(f"the probe's reference {runs[0]} is not a run of {out}")
-    reference = run_records(out).get(reference_path.parent.name)
+    records = run_records(out)  # read once with the folder's timeline (and once more with the window, below)
+    reference = records.get(reference_path.parent.name)
     if reference is None:
         raise ConfigError(f"the probe's reference {runs[0]} is not a readable run of {out}")
     started = []
@@ -127,7 +128,7 @@ def probe_window(out: Path, probe: dict[str, Any], start: float, until: float,
         # that the runs repeat here, and the window's bounds that this session made them. It founds a family when
         # no run outside the window is of it.
         theirs = run_family(run_records(out, windows=[window, *cpu_timeline(out)])[reference_path.parent.name])
-        if all(run_family(r) != here for r in run_records(out).values()):
+        if all(run_family(r) != here for r in records.values()):
             window["probe"]["founds"] = True
     else:
         theirs = run_family(reference)
