@@ -181,6 +181,11 @@ def test_a_ga_gaps_block_quotes_the_legend_and_the_per_site_table_of_ga_gaps_md(
     assert weights_by_site(GA_GAPS.replace("Departure: max_i |a_i - 1/K|.", "Columns: x.")).startswith(
         "Columns: x.\n\n| held-out")
     assert weights_by_site(GA_GAPS.replace("Departure: max_i |a_i - 1/K|.\n\n", "")).startswith("| held-out")
+    # A file with the table over the training sites quotes it after the per-site table, with its paragraph.
+    over_sites = GA_GAPS.replace("## Per run", "## Per training site (every run it trained in)\n\nOver the sites.\n\n"
+                                               "| training site | runs |\n|---|---|\n| A | 3 |\n\n## Per run")
+    assert weights_by_site(over_sites).endswith("| HK | 3 | -0.081 |\n\nOver the sites.\n\n"
+                                                "| training site | runs |\n|---|---|\n| A | 3 |")
 
 
 def test_the_committed_benchmark_page_quotes_what_gas_weights_did_on_prostate():

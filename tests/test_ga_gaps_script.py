@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.ga_gaps import (departure, diagnose, lag1_correlation, main, sign_persistence, smallest_mean_gap,
-                                summarise, weights_and_gaps)
+from benchmarks.ga_gaps import (by_training_site, departure, diagnose, lag1_correlation, main, sign_persistence,
+                                smallest_mean_gap, summarise, weights_and_gaps)
 
 ROOT = Path(__file__).resolve().parents[1]
 FUNDUS = ROOT / "benchmarks" / "results" / "loso_fundus_seeds"
@@ -80,6 +80,21 @@ def test_the_sites_whose_weight_ended_at_0_02_or_less_are_counted_as_the_table_p
     (hk,) = summarise(rows, [], "ga", "uniform")
     assert hk["dropped"] == {"A": 2} and hk["heaviest"] == {"B": 2} and hk["smallest_gap"] == {"A": 2}
     assert hk["difference"] is None and hk["mean_departure"] == pytest.approx(0.15)
+
+
+def test_per_training_site_counts_every_run_a_site_trained_in_whatever_its_held_out_site():
+    """Three runs, two held-out sites: A trains in all three (ends at 0.02 or less in two, as printed: 0.004 and
+    0.024; the smallest mean gap in two; never the heaviest), C in two (heaviest in both), B and D in one each."""
+    rows = [{"held_out": "D", "seed": 0, "final_weights": {"A": 0.004, "B": 0.3, "C": 0.696}, "smallest_mean_gap": "A"},
+            {"held_out": "D", "seed": 1, "final_weights": {"A": 0.024, "B": 0.2, "C": 0.776}, "smallest_mean_gap": "B"},
+            {"held_out": "B", "seed": 0, "final_weights": {"A": 0.6, "C": 0.1, "D": 0.3}, "smallest_mean_gap": "A"}]
+    a, b, c, d = by_training_site(rows)
+    assert (a["site"], a["runs"], a["dropped"], a["smallest_gap"], a["heaviest"]) == ("A", 3, 2, 2, 1)
+    assert a["mean_final_weight"] == pytest.approx((0.004 + 0.024 + 0.6) / 3)
+    assert (b["site"], b["runs"], b["dropped"], b["smallest_gap"], b["heaviest"]) == ("B", 2, 0, 1, 0)
+    assert (c["site"], c["runs"], c["dropped"], c["smallest_gap"], c["heaviest"]) == ("C", 3, 0, 0, 2)
+    assert (d["site"], d["runs"], d["mean_final_weight"], d["heaviest"]) == ("D", 1, 0.3, 0)
+    assert by_training_site([]) == []
 
 
 @pytest.mark.parametrize("report", sorted((ROOT / "benchmarks" / "results").rglob("ga_gaps.md")),

@@ -37,6 +37,7 @@ QUOTED = ("Dice", "Seed values", "What the evidence")  # the sections of results
 # of their title
 VERDICTS = "What the evidence"  # the section of generated sentences, quoted alone in a verdicts block
 BY_SITE = "## Per held-out site"  # the per-site table of benchmarks/ga_gaps.py's ga_gaps.md
+BY_TRAINING_SITE = "## Per training site"  # and its table over the held-out sites together (where the file has one)
 
 
 def dice_sections(results_md: str) -> str:
@@ -57,8 +58,9 @@ def verdicts(results_md: str) -> str:
 
 def weights_by_site(ga_gaps_md: str) -> str:
     """What GA's weights did, per held-out site, from a folder's ``ga_gaps.md`` (``python benchmarks/ga_gaps.py
-    FOLDER``): the legend of its columns and the table of :data:`BY_SITE`, without its title (the page's own section
-    gives it one) and without the per-run table."""
+    FOLDER``): the legend of its columns and the table of :data:`BY_SITE`, then, where the file has it, the section
+    :data:`BY_TRAINING_SITE` (its paragraph and table), without their titles (the page's own section gives one) and
+    without the per-run table."""
     if BY_SITE not in ga_gaps_md:
         return ""
     above, below = ga_gaps_md.split(BY_SITE, 1)
@@ -66,7 +68,10 @@ def weights_by_site(ga_gaps_md: str) -> str:
     if legend.startswith(("#", "`")):  # the file's title or its command line: a file written without a legend
         legend = ""
     table = below.split("\n## ", 1)[0].split("\n", 1)[1].strip()
-    return "\n\n".join(part for part in (legend.strip(), table) if part)
+    over_sites = ""
+    if BY_TRAINING_SITE in ga_gaps_md:  # files written before it have none
+        over_sites = ga_gaps_md.split(BY_TRAINING_SITE, 1)[1].split("\n## ", 1)[0].split("\n", 1)[1].strip()
+    return "\n\n".join(part for part in (legend.strip(), table, over_sites) if part)
 
 
 @dataclass(frozen=True)
