@@ -17,6 +17,10 @@ of the site-name and port races, which are newer than the admitted code and chan
 worker gets, nothing a run computes. The process is replaced by the sweep's, so a signal (SIGINT to pause) reaches
 the sweep itself.
 
+The admitted code's sweep rewrites the folder's tables after each run in that code's format; before they are
+committed, ``feddg benchmark --task TASK --out FOLDER --tables-only`` (this checkout's code) writes them again from
+the same runs in the current one, running nothing.
+
 The admitted code predates the CPU signature in run records: after the runs, the session gives its machine's
 signature to them with a window in the folder's ``cpu_timeline.json`` (``benchmarks/cpu_window.py``), only when the
 probe repeated a run of the family it joins (docs/benchmark.md).

@@ -438,6 +438,7 @@ def test_runs_that_joined_a_family_without_a_check_do_not_admit_their_code_there
     """A family whose runs come from two codes with no check on it admits neither: a sweep there re-runs an old
     code's run first, never one of the code being checked."""
     import shutil
+    from pathlib import Path
 
     from feddg.benchmark import sweep as sweep_module
     from feddg.benchmark.reproduce import reproduce_cells
@@ -459,6 +460,7 @@ def test_a_run_moved_aside_for_its_seeds_family_serves_the_reproduce_check_of_it
     """Seed 0 is AMD's; an Intel run of it, moved to aside/, is the only run the Intel machine can repeat: its
     reproduce check re-runs that one (it still measures its code)."""
     import shutil
+    from pathlib import Path
 
     from feddg.benchmark import sweep as sweep_module
 
@@ -956,6 +958,45 @@ def test_a_dry_run_prints_the_plan_of_the_default_protocol_and_writes_nothing(tm
     hours = 2 * 4 * 5 * SWEEP_ROUNDS["fundus"] * PILOT_SECONDS_PER_ROUND["fundus"] / 3600
     assert f"40 runs, 0 done before, 40 to run: about {hours:.1f} run-hours" in capsys.readouterr().out
     assert not out.exists()
+
+
+def test_tables_only_rewrites_a_folders_tables_with_this_code_and_runs_nothing(tmp_path, monkeypatch, capsys):
+    """After runs made by another code version's sweep (which writes its own table format), ``--tables-only``
+    writes what this code's ``write_results`` writes from the same runs, and never reaches the sweep; a folder
+    without runs, another task's, or an option that would run something is refused in one line, changing nothing."""
+    import shutil
+    from pathlib import Path
+
+    from feddg.benchmark import sweep as sweep_module
+    from feddg.benchmark.results import write_results
+    from feddg.cli import main
+    from feddg.experiment import TASK_DEFAULTS
+    from feddg.flare.registry import methods
+
+    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "ga_step_fundus"  # 5 GA runs; its results.md is of older code
+    ours, reference = tmp_path / "ours", tmp_path / "reference"
+    for folder in (ours, reference):
+        folder.mkdir()
+        for name in ("runs", "sweep.json", ".feddg-folder", "results.md"):
+            copy = shutil.copytree if (committed / name).is_dir() else shutil.copy
+            copy(committed / name, folder / name)
+    monkeypatch.setattr(sweep_module, "sweep", lambda *a, **kw: pytest.fail("--tables-only ran the sweep"))
+    assert main(["benchmark", "--task", "fundus", "--out", str(ours), "--tables-only", "--resamples", "200"]) == 0
+    write_results(reference, list(methods()), TASK_DEFAULTS["fundus"]["data"]["sites"], 200)
+    assert (ours / "results.md").read_text() == (reference / "results.md").read_text() != \
+        (committed / "results.md").read_text()
+    assert "numbers family" in (ours / "results.md").read_text()
+    capsys.readouterr()
+
+    before = (ours / "results.md").read_text()
+    for args, message in [
+        (["--task", "prostate", "--out", str(ours)], f"--tables-only: {ours} holds fundus runs, not --task prostate"),
+        (["--task", "fundus", "--out", str(ours), "--dry-run"], "--tables-only runs nothing: leave out --dry-run"),
+        (["--task", "fundus", "--out", str(ours / "runs" / "none")], "has no sweep.json"),
+    ]:
+        assert main(["benchmark", *args, "--tables-only"]) == 2
+        assert message in capsys.readouterr().err
+    assert (ours / "results.md").read_text() == before and not (ours / "runs" / "none").exists()
 
 
 def test_an_unknown_sweep_option_is_refused_by_name_and_never_reaches_the_simulator(tmp_path, capsys):

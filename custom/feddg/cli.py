@@ -161,12 +161,16 @@ def _cmd_benchmark(args: argparse.Namespace, simulator_args: list[str]) -> int:
         def tables() -> dict:
             return write_results(out, list(methods()), sites, args.resamples)
 
-        records = sweep(out, protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed,
-                        reproduce_check=args.reproduce_check, dry_run=args.dry_run,
-                        move_aside=args.move_aside_mismatched, after_run=tables, executor=executor,
-                        cpu_pin=args.cpu_pin)
-        if args.dry_run:
-            return 0
+        if args.tables_only:  # nothing runs: the folder's tables as this code writes them
+            _check_tables_only(args, out)
+            records = []
+        else:
+            records = sweep(out, protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed,
+                            reproduce_check=args.reproduce_check, dry_run=args.dry_run,
+                            move_aside=args.move_aside_mismatched, after_run=tables, executor=executor,
+                            cpu_pin=args.cpu_pin)
+            if args.dry_run:
+                return 0
         paths = tables()
     print((out / "results.md").read_text())
     print("wrote " + ", ".join(str(p) for p in (paths["csv"], paths["markdown"], paths["json"], *paths["plots"])))
@@ -174,6 +178,23 @@ def _cmd_benchmark(args: argparse.Namespace, simulator_args: list[str]) -> int:
     if failed:
         print(f"{len(failed)} run(s) did not finish: {', '.join(failed)} (see their run.json)", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _check_tables_only(args: argparse.Namespace, out: Path) -> None:
+    """``--tables-only`` rewrites an existing results folder of ``--task`` and runs nothing: ValueError naming the
+    option otherwise (a folder without runs, another task's, or an option that would run something)."""
+    from feddg.benchmark.record import SWEEP_FILE
+    from feddg.jsonfile import read_json
+
+    running = [f"--{name.replace('_', '-')}" for name in ("dry_run", "reproduce_check", "retry_failed")
+               if getattr(args, name)]
+    if running:
+        raise ValueError(f"--tables-only runs nothing: leave out {', '.join(running)}")
+    if not (out / SWEEP_FILE).is_file():
+        raise ValueError(f"--tables-only: {out} has no {SWEEP_FILE}; give a results folder of feddg benchmark")
+    task = read_json(out / SWEEP_FILE).get("task")
+    if task != args.task:
+        raise ValueError(f"--tables-only: {out} holds {task} runs, not --task {args.task}")
 
 
 def _sweep_options(args: argparse.Namespace, simulator_args: list[str]
@@ -340,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-failed", action="store_true", help="run failed or timed-out runs again")
     p.add_argument("--resamples", type=int, default=9999, help="bootstrap resamples (default: 9999)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated machine time; run nothing")
+    p.add_argument("--tables-only", action="store_true",
+                   help="rewrite the folder's tables, plots and results.json from its runs with this code; run "
+                        "nothing (after runs made by another code version's sweep, which writes its own format)")
     p.add_argument("--reproduce-check", action="store_true",
                    help="when the folder's runs were made by other code: re-run one of its cells with this code "
                         "first and add runs only if every per-case score is identical")
