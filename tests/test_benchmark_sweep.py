@@ -438,7 +438,6 @@ def test_runs_that_joined_a_family_without_a_check_do_not_admit_their_code_there
     """A family whose runs come from two codes with no check on it admits neither: a sweep there re-runs an old
     code's run first, never one of the code being checked."""
     import shutil
-    from pathlib import Path
 
     from feddg.benchmark import sweep as sweep_module
     from feddg.benchmark.reproduce import reproduce_cells
@@ -460,7 +459,6 @@ def test_a_run_moved_aside_for_its_seeds_family_serves_the_reproduce_check_of_it
     """Seed 0 is AMD's; an Intel run of it, moved to aside/, is the only run the Intel machine can repeat: its
     reproduce check re-runs that one (it still measures its code)."""
     import shutil
-    from pathlib import Path
 
     from feddg.benchmark import sweep as sweep_module
 
@@ -963,7 +961,8 @@ def test_a_dry_run_prints_the_plan_of_the_default_protocol_and_writes_nothing(tm
 def test_tables_only_rewrites_a_folders_tables_with_this_code_and_runs_nothing(tmp_path, monkeypatch, capsys):
     """After runs made by another code version's sweep (which writes its own table format), ``--tables-only``
     writes what this code's ``write_results`` writes from the same runs, and never reaches the sweep; a folder
-    without runs, another task's, or an option that would run something is refused in one line, changing nothing."""
+    without runs, another task's, or an option that would run something or choose cells is refused in one line,
+    changing nothing."""
     import shutil
     from pathlib import Path
 
@@ -973,30 +972,33 @@ def test_tables_only_rewrites_a_folders_tables_with_this_code_and_runs_nothing(t
     from feddg.experiment import TASK_DEFAULTS
     from feddg.flare.registry import methods
 
-    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "ga_step_fundus"  # 5 GA runs; its results.md is of older code
+    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "ga_step_fundus"  # 5 GA runs
     ours, reference = tmp_path / "ours", tmp_path / "reference"
     for folder in (ours, reference):
         folder.mkdir()
-        for name in ("runs", "sweep.json", ".feddg-folder", "results.md"):
-            copy = shutil.copytree if (committed / name).is_dir() else shutil.copy
-            copy(committed / name, folder / name)
+        shutil.copytree(committed / "runs", folder / "runs")
+        for name in ("sweep.json", ".feddg-folder"):
+            shutil.copy(committed / name, folder / name)
+        (folder / "results.md").write_text("tables of another code\n")
     monkeypatch.setattr(sweep_module, "sweep", lambda *a, **kw: pytest.fail("--tables-only ran the sweep"))
     assert main(["benchmark", "--task", "fundus", "--out", str(ours), "--tables-only", "--resamples", "200"]) == 0
     write_results(reference, list(methods()), TASK_DEFAULTS["fundus"]["data"]["sites"], 200)
-    assert (ours / "results.md").read_text() == (reference / "results.md").read_text() != \
-        (committed / "results.md").read_text()
-    assert "numbers family" in (ours / "results.md").read_text()
+    written = (ours / "results.md").read_text()
+    assert written == (reference / "results.md").read_text() and "numbers family" in written
     capsys.readouterr()
 
-    before = (ours / "results.md").read_text()
     for args, message in [
         (["--task", "prostate", "--out", str(ours)], f"--tables-only: {ours} holds fundus runs, not --task prostate"),
-        (["--task", "fundus", "--out", str(ours), "--dry-run"], "--tables-only runs nothing: leave out --dry-run"),
+        (["--task", "fundus", "--out", str(ours), "--dry-run", "--retry-failed"],
+         "--tables-only runs nothing and writes the tables of every run of the folder: leave out --dry-run, "
+         "--retry-failed"),
+        (["--task", "fundus", "--out", str(ours), "--reproduce-check"], "leave out --reproduce-check"),
+        (["--task", "fundus", "--out", str(ours), "--methods", "ga"], "leave out --methods"),
         (["--task", "fundus", "--out", str(ours / "runs" / "none")], "has no sweep.json"),
     ]:
         assert main(["benchmark", *args, "--tables-only"]) == 2
         assert message in capsys.readouterr().err
-    assert (ours / "results.md").read_text() == before and not (ours / "runs" / "none").exists()
+    assert (ours / "results.md").read_text() == written and not (ours / "runs" / "none").exists()
 
 
 def test_an_unknown_sweep_option_is_refused_by_name_and_never_reaches_the_simulator(tmp_path, capsys):

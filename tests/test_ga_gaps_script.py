@@ -84,7 +84,8 @@ def test_the_sites_whose_weight_ended_at_0_02_or_less_are_counted_as_the_table_p
 
 def test_per_training_site_counts_every_run_a_site_trained_in_whatever_its_held_out_site():
     """Three runs, two held-out sites: A trains in all three (ends at 0.02 or less in two, as printed: 0.004 and
-    0.024; the smallest mean gap in two; never the heaviest), C in two (heaviest in both), B and D in one each."""
+    0.024; the smallest mean gap in two; the heaviest in the third), C in all three (the heaviest in two), B in two
+    (the smallest mean gap in one), D in one."""
     rows = [{"held_out": "D", "seed": 0, "final_weights": {"A": 0.004, "B": 0.3, "C": 0.696}, "smallest_mean_gap": "A"},
             {"held_out": "D", "seed": 1, "final_weights": {"A": 0.024, "B": 0.2, "C": 0.776}, "smallest_mean_gap": "B"},
             {"held_out": "B", "seed": 0, "final_weights": {"A": 0.6, "C": 0.1, "D": 0.3}, "smallest_mean_gap": "A"}]

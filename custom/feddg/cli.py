@@ -158,11 +158,15 @@ def _cmd_benchmark(args: argparse.Namespace, simulator_args: list[str]) -> int:
         out, protocol, chosen, held_out, seeds, sites = _sweep_options(args, simulator_args)
         executor = executor_from_args(args)  # its own options checked (ExecutorError, a ValueError: one line)
 
+        if args.tables_only:  # nothing runs: the folder's tables as this code writes them, its sites in its order
+            sites = _tables_only_sites(args, out)
+
         def tables() -> dict:
             return write_results(out, list(methods()), sites, args.resamples)
 
-        if args.tables_only:  # nothing runs: the folder's tables as this code writes them
-            _check_tables_only(args, out)
+        if args.tables_only:
+            # Without the folder's lock: its use is beside a sweep of older code, which holds the lock for its whole
+            # length and rewrites the tables only when one of its runs ends; both write from the same run records.
             records = []
         else:
             records = sweep(out, protocol, chosen, held_out, seeds, args.run_timeout, args.retry_failed,
@@ -180,21 +184,27 @@ def _cmd_benchmark(args: argparse.Namespace, simulator_args: list[str]) -> int:
     return 1 if failed else 0
 
 
-def _check_tables_only(args: argparse.Namespace, out: Path) -> None:
-    """``--tables-only`` rewrites an existing results folder of ``--task`` and runs nothing: ValueError naming the
-    option otherwise (a folder without runs, another task's, or an option that would run something)."""
+def _tables_only_sites(args: argparse.Namespace, out: Path) -> list[str]:
+    """The site order of the tables of ``--tables-only``, from the folder's own protocol (its ``data.sites`` over the
+    task's), after checking that the option rewrites an existing results folder of ``--task`` and that no option
+    that would run something or choose cells was given: ValueError naming it otherwise (the tables always cover
+    every run of the folder)."""
     from feddg.benchmark.record import SWEEP_FILE
+    from feddg.experiment import TASK_DEFAULTS, merge
     from feddg.jsonfile import read_json
 
-    running = [f"--{name.replace('_', '-')}" for name in ("dry_run", "reproduce_check", "retry_failed")
-               if getattr(args, name)]
-    if running:
-        raise ValueError(f"--tables-only runs nothing: leave out {', '.join(running)}")
+    given = [f"--{name.replace('_', '-')}" for name in ("dry_run", "reproduce_check", "retry_failed",
+                                                          "move_aside_mismatched", "methods", "held_out")
+             if getattr(args, name)]
+    if given:
+        raise ValueError(f"--tables-only runs nothing and writes the tables of every run of the folder: leave out "
+                         f"{', '.join(given)}")
     if not (out / SWEEP_FILE).is_file():
         raise ValueError(f"--tables-only: {out} has no {SWEEP_FILE}; give a results folder of feddg benchmark")
-    task = read_json(out / SWEEP_FILE).get("task")
-    if task != args.task:
-        raise ValueError(f"--tables-only: {out} holds {task} runs, not --task {args.task}")
+    recorded = read_json(out / SWEEP_FILE)
+    if recorded.get("task") != args.task:
+        raise ValueError(f"--tables-only: {out} holds {recorded.get('task')} runs, not --task {args.task}")
+    return merge(TASK_DEFAULTS[args.task]["data"], recorded.get("overrides", {}).get("data", {}))["sites"]
 
 
 def _sweep_options(args: argparse.Namespace, simulator_args: list[str]
@@ -362,8 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resamples", type=int, default=9999, help="bootstrap resamples (default: 9999)")
     p.add_argument("--dry-run", action="store_true", help="print the plan and its estimated machine time; run nothing")
     p.add_argument("--tables-only", action="store_true",
-                   help="rewrite the folder's tables, plots and results.json from its runs with this code; run "
-                        "nothing (after runs made by another code version's sweep, which writes its own format)")
+                   help="rewrite the folder's tables, plots and results.json from every run in it with this code; "
+                        "run nothing (after runs made by another code version's sweep, which writes its own format)")
     p.add_argument("--reproduce-check", action="store_true",
                    help="when the folder's runs were made by other code: re-run one of its cells with this code "
                         "first and add runs only if every per-case score is identical")
