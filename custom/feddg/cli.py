@@ -185,13 +185,9 @@ def _cmd_benchmark(args: argparse.Namespace, simulator_args: list[str]) -> int:
 
 
 def _tables_only_sites(args: argparse.Namespace, out: Path) -> list[str]:
-    """The site order of the tables of ``--tables-only``, from the folder's own protocol (its ``data.sites`` over the
-    task's), after checking that the option rewrites an existing results folder of ``--task`` and that no option
-    that would run something or choose cells was given: ValueError naming it otherwise (the tables always cover
-    every run of the folder)."""
-    from feddg.benchmark.record import SWEEP_FILE
-    from feddg.experiment import TASK_DEFAULTS, merge
-    from feddg.jsonfile import read_json
+    """The sites of ``--tables-only``'s tables (:func:`~feddg.benchmark.results.folder_sites`), after refusing an
+    option that would run something or choose cells (the tables cover every run of the folder)."""
+    from feddg.benchmark.results import folder_sites
 
     given = [f"--{name.replace('_', '-')}" for name in ("dry_run", "reproduce_check", "retry_failed",
                                                           "move_aside_mismatched", "methods", "held_out")
@@ -199,12 +195,7 @@ def _tables_only_sites(args: argparse.Namespace, out: Path) -> list[str]:
     if given:
         raise ValueError(f"--tables-only runs nothing and writes the tables of every run of the folder: leave out "
                          f"{', '.join(given)}")
-    if not (out / SWEEP_FILE).is_file():
-        raise ValueError(f"--tables-only: {out} has no {SWEEP_FILE}; give a results folder of feddg benchmark")
-    recorded = read_json(out / SWEEP_FILE)
-    if recorded.get("task") != args.task:
-        raise ValueError(f"--tables-only: {out} holds {recorded.get('task')} runs, not --task {args.task}")
-    return merge(TASK_DEFAULTS[args.task]["data"], recorded.get("overrides", {}).get("data", {}))["sites"]
+    return folder_sites(out, args.task)
 
 
 def _sweep_options(args: argparse.Namespace, simulator_args: list[str]

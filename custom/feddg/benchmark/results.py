@@ -56,6 +56,19 @@ def _how_to_read(protocol: dict[str, Any]) -> str:
             f"mean they are equal. {data}")
 
 
+def folder_sites(out: Path, task: str) -> list[str]:
+    """The sites of the results folder ``out`` of ``task``, in the order of its own protocol (its ``data.sites``
+    over the task's). ValueError naming the folder when it has no ``sweep.json`` or holds another task's runs."""
+    from feddg.experiment import TASK_DEFAULTS, merge
+
+    if not (Path(out) / SWEEP_FILE).is_file():
+        raise ValueError(f"--tables-only: {out} has no {SWEEP_FILE}; give a results folder of feddg benchmark")
+    recorded = read_json(Path(out) / SWEEP_FILE)
+    if recorded.get("task") != task:
+        raise ValueError(f"--tables-only: {out} holds {recorded.get('task')} runs, not --task {task}")
+    return merge(TASK_DEFAULTS[task]["data"], recorded.get("overrides", {}).get("data", {}))["sites"]
+
+
 def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[str], n_resamples: int = 9999) -> dict:
     """Write results.csv, results.md, results.json and plots/ from every run in ``out`` (a sweep that adds methods,
     sites or seeds to a folder, or resumes part of it, keeps the runs made before in the tables); rows are the
