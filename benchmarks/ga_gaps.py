@@ -209,8 +209,10 @@ def by_training_site(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], command: str, method: str,
-             control: str) -> str:
+def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], training: Sequence[dict[str, Any]],
+             command: str, method: str, control: str) -> str:
+    """``ga_gaps.md``: the per held-out site ``summary`` (:func:`summarise`), the per ``training`` site table
+    (:func:`by_training_site`) and the per-run ``rows`` (:func:`diagnose`)."""
     lines = [f"# What {method}'s weights did", "", f"`{command}` (generated from the folder's run.json files).", "",
              "Departure: max_i |a_i - 1/K| (mean over rounds, last round). Sign persistence: the share of (site, "
              "round) pairs whose centred gap keeps its sign in the next round (0.5: coin flips; GA then moves the "
@@ -236,7 +238,7 @@ def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], 
               f"of those runs it ended at {DROPPED} or less, had the smallest mean gap, ended with the largest weight.",
               "", f"| training site | runs | mean final weight | ended at <= {DROPPED} | smallest mean gap | "
               f"largest final weight |", "|---|---|---|---|---|---|"]
-    for t in by_training_site(rows):
+    for t in training:
         lines.append(f"| {t['site']} | {t['runs']} | {t['mean_final_weight']:.2f} | {t['dropped']} | "
                      f"{t['smallest_gap']} | {t['heaviest']} |")
     lines += ["", "## Per run", "",
@@ -280,10 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not rows:
         print(f"{args.folder}: no finished {args.method} run with GA weights in its history", file=sys.stderr)
         return 1
-    summary = summarise(rows, records, args.method, args.control)
+    summary, training = summarise(rows, records, args.method, args.control), by_training_site(rows)
     command = "python benchmarks/ga_gaps.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    write_report(out, "ga_gaps", markdown(rows, summary, command, args.method, args.control),
-                 {"command": command, "summary": summary, "by_training_site": by_training_site(rows), "runs": rows})
+    write_report(out, "ga_gaps", markdown(rows, summary, training, command, args.method, args.control),
+                 {"command": command, "summary": summary, "by_training_site": training, "runs": rows})
     return 0
 
 

@@ -195,7 +195,10 @@ def _tables_only_sites(args: argparse.Namespace, out: Path) -> list[str]:
     if given:
         raise ValueError(f"--tables-only runs nothing and writes the tables of every run of the folder: leave out "
                          f"{', '.join(given)}")
-    return folder_sites(out, args.task)
+    try:
+        return folder_sites(out, args.task)
+    except ValueError as e:
+        raise ValueError(f"--tables-only: {e}") from None
 
 
 def _sweep_options(args: argparse.Namespace, simulator_args: list[str]

@@ -17,7 +17,7 @@ from feddg.benchmark.plots import plots
 from feddg.benchmark.provenance import (code_of_runs, cpus_of_runs, families_of_runs, machine_time, mixed_code_cells,
                                         of_design, runs_by_cpu, runs_by_family, software_of_runs, still_to_run,
                                         time_spent)
-from feddg.benchmark.record import RUN_FILE, SWEEP_FILE, designed, finished
+from feddg.benchmark.record import RUN_FILE, SWEEP_FILE, designed, finished, recorded_protocol
 from feddg.benchmark.scores import load_records, pooled_seed_sd, seed_spread, tidy_rows, write_csv
 from feddg.benchmark.tables import BASELINES, comparisons, markdown, verdict
 from feddg.jsonfile import read_json, write_json
@@ -58,15 +58,16 @@ def _how_to_read(protocol: dict[str, Any]) -> str:
 
 def folder_sites(out: Path, task: str) -> list[str]:
     """The sites of the results folder ``out`` of ``task``, in the order of its own protocol (its ``data.sites``
-    over the task's). ValueError naming the folder when it has no ``sweep.json`` or holds another task's runs."""
+    over the task's; :func:`~feddg.benchmark.record.recorded_protocol`). ValueError naming the folder when it has
+    no protocol or holds another task's runs."""
     from feddg.experiment import TASK_DEFAULTS, merge
 
-    if not (Path(out) / SWEEP_FILE).is_file():
-        raise ValueError(f"--tables-only: {out} has no {SWEEP_FILE}; give a results folder of feddg benchmark")
-    recorded = read_json(Path(out) / SWEEP_FILE)
-    if recorded.get("task") != task:
-        raise ValueError(f"--tables-only: {out} holds {recorded.get('task')} runs, not --task {task}")
-    return merge(TASK_DEFAULTS[task]["data"], recorded.get("overrides", {}).get("data", {}))["sites"]
+    settings, _ = recorded_protocol(out)
+    if settings is None:
+        raise ValueError(f"{out} has no {SWEEP_FILE} and no runs; give a results folder of feddg benchmark")
+    if settings["task"] != task:
+        raise ValueError(f"{out} holds {settings['task']} runs, not --task {task}")
+    return merge(TASK_DEFAULTS[task]["data"], settings["overrides"].get("data", {}))["sites"]
 
 
 def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[str], n_resamples: int = 9999) -> dict:
