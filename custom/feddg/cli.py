@@ -206,7 +206,7 @@ def _sweep_options(args: argparse.Namespace, simulator_args: list[str]
     """(out, protocol, methods, held-out sites, seeds, the task's sites) from the benchmark options, every option
     checked before anything is planned or run: ValueError naming the option otherwise."""
     from feddg.benchmark.sweep import Protocol, default_overrides, parse_seeds
-    from feddg.experiment import TASK_DEFAULTS, merge, parse_overrides
+    from feddg.experiment import merge, parse_overrides, task_sites
     from feddg.flare.registry import methods
 
     inputs = [args.data_root] if args.data_root and args.data_root.strip() else []
@@ -241,7 +241,7 @@ def _sweep_options(args: argparse.Namespace, simulator_args: list[str]
     unsupported = [m for m in chosen if m not in task_methods]
     if unsupported:
         raise ValueError(f"--methods {unsupported}: no {args.task} job for these methods")
-    sites = merge(TASK_DEFAULTS[args.task]["data"], overrides.get("data", {}))["sites"]
+    sites = task_sites(args.task, overrides)
     held_out = sites if args.held_out == "all" else _names(args.held_out, "--held-out") or sites
     unknown = sorted(set(held_out) - set(sites))
     if unknown:

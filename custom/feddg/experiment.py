@@ -177,6 +177,12 @@ def merge(base: Mapping[str, Any], overrides: Mapping[str, Any], _path: str = ""
     return out
 
 
+def task_sites(task: str, overrides: Mapping[str, Any]) -> list[str]:
+    """The sites of ``task`` once ``overrides`` (an experiment's overrides, ``data.sites`` among them or not) are
+    applied to the task's defaults, in their order."""
+    return merge(TASK_DEFAULTS[task]["data"], overrides.get("data", {}))["sites"]
+
+
 def parse_overrides(assignments: list[str]) -> dict[str, Any]:
     """``["train.rounds=20", "data.unseen_site=BMC"]`` -> ``{"train": {"rounds": 20}, "data": {"unseen_site": "BMC"}}``.
 

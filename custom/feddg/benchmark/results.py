@@ -60,14 +60,14 @@ def folder_sites(out: Path, task: str) -> list[str]:
     """The sites of the results folder ``out`` of ``task``, in the order of its own protocol (its ``data.sites``
     over the task's; :func:`~feddg.benchmark.record.recorded_protocol`). ValueError naming the folder when it has
     no protocol or holds another task's runs."""
-    from feddg.experiment import TASK_DEFAULTS, merge
+    from feddg.experiment import task_sites
 
     settings, _ = recorded_protocol(out)
     if settings is None:
         raise ValueError(f"{out} has no {SWEEP_FILE} and no runs; give a results folder of feddg benchmark")
     if settings["task"] != task:
         raise ValueError(f"{out} holds {settings['task']} runs, not --task {task}")
-    return merge(TASK_DEFAULTS[task]["data"], settings["overrides"].get("data", {}))["sites"]
+    return task_sites(task, settings["overrides"])
 
 
 def write_results(out: Path, method_order: Sequence[str], site_order: Sequence[str], n_resamples: int = 9999) -> dict:
