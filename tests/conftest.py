@@ -17,7 +17,8 @@ from feddg.rehearsal.network import missing_privileges
 # As feddg.nets.unet.select_device does for the sites: denormal floats make small CPU nets ~20x slower.
 torch.set_flush_denormal(True)
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "midss-samples"
+REPOSITORY = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPOSITORY.parent / "shared" / "data" / "midss-samples"
 
 # Tiny sizes for component and end-to-end tests: 32 px, a narrow U-Net, one round of one epoch.
 TINY_MODEL = {"features": [8, 8, 16, 32, 64, 8], "norm": "batch", "dropout": 0.0}
@@ -35,6 +36,29 @@ needs_netns = pytest.mark.skipif(
 # ADMIN_PORT), so they run one at a time: with the README's `pytest -n 2` (and `--dist loadgroup` from pyproject.toml)
 # pytest-xdist gives every test of this group to one worker, in turn, while the other worker runs the rest.
 on_poc_ports = pytest.mark.xdist_group("poc_ports")
+
+
+def foreign_package(repository: Path, package_file: str | Path) -> str | None:
+    """Why these tests must not run with the installed ``feddg`` (None when it is ``repository``'s own source).
+
+    The tests exercise the checkout they are in, and some of them write into its folders through paths the package
+    derives from its own location (``feddg.folders.COMMITTED_JOBS``, the repository's ``jobs/``): with ``feddg``
+    installed from another checkout, or as a wheel, they would test other code and write into another tree.
+    """
+    package = Path(package_file).resolve().parent
+    source = repository.resolve() / "custom" / "feddg"
+    if package == source:
+        return None
+    return (f"these tests are {repository}'s, but Python imports feddg from {package} (another checkout or an "
+            f"installed copy): run `pip install -e {repository}` (README) and run them again")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import feddg
+
+    reason = foreign_package(REPOSITORY, feddg.__file__)
+    if reason:
+        raise pytest.UsageError(reason)
 
 
 def tiny_synthetic(task: str) -> dict:

@@ -129,9 +129,6 @@ def _cmd_simulate(args: argparse.Namespace, rest: list[str]) -> int:
     return run(args.job, args.workspace, args.overrides, rest)
 
 
-COMMITTED_JOBS = Path(__file__).resolve().parents[2] / "jobs"  # the repository's job folders (a source checkout)
-
-
 def _names(value: str | None, flag: str) -> list[str] | None:
     """A comma-separated option as its names (None when not given); ValueError naming ``flag`` for an empty value,
     an empty name or a name given twice."""
