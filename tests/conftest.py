@@ -41,9 +41,10 @@ on_poc_ports = pytest.mark.xdist_group("poc_ports")
 def foreign_package(repository: Path, package_file: str | Path) -> str | None:
     """Why these tests must not run with the installed ``feddg`` (None when it is ``repository``'s own source).
 
-    The tests exercise the checkout they are in, and some of them write into its folders through paths the package
-    derives from its own location (``feddg.folders.COMMITTED_JOBS``, the repository's ``jobs/``): with ``feddg``
-    installed from another checkout, or as a wheel, they would test other code and write into another tree.
+    The tests exercise the checkout they are in, and the package guards that checkout's committed ``jobs/`` through
+    a path it derives from its own location (``feddg.folders.COMMITTED_JOBS``): with ``feddg`` installed from another
+    checkout, or as a wheel, the tests would run other code, and the guard would protect the other copy's folder
+    while tests that expect a refusal wrote into this checkout's ``jobs/``.
     """
     package = Path(package_file).resolve().parent
     source = repository.resolve() / "custom" / "feddg"

@@ -1,5 +1,6 @@
 """The test suite refuses to run against a feddg installed from somewhere else than its own checkout
-(tests/conftest.py, ``pytest_configure``): such a run would test other code and write into the other tree's jobs/."""
+(tests/conftest.py, ``pytest_configure``): such a run would test other code, and write into this checkout's jobs/
+where the package's guard protects the other copy's."""
 
 from __future__ import annotations
 
