@@ -4,15 +4,13 @@ to what the committed pilot chose, and the script end to end on a tiny setting (
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from benchmarks.pilot_rounds import chosen_rounds, envelope, main
 from feddg.benchmark.sweep import PILOT_SECONDS_PER_ROUND, SWEEP_ROUNDS
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPOSITORY
 
 
 def test_the_envelope_is_the_best_so_far_of_the_trailing_mean():
@@ -47,7 +45,7 @@ def test_the_chosen_rounds_are_the_first_whose_last_fifth_gains_less_than_the_th
 
 @pytest.mark.parametrize("task", ["prostate", "fundus"])
 def test_the_sweeps_protocol_is_what_the_committed_pilot_chose(task):
-    pilot = json.loads((ROOT / "benchmarks" / "results" / "pilot_rounds" / task / "pilot.json").read_text())
+    pilot = json.loads((REPOSITORY / "benchmarks" / "results" / "pilot_rounds" / task / "pilot.json").read_text())
     assert SWEEP_ROUNDS[task] == pilot["chosen_rounds"]
     assert PILOT_SECONDS_PER_ROUND[task] == pytest.approx(pilot["seconds_per_round"], abs=0.05)
     assert chosen_rounds(np.array(pilot["curve"]), pilot["gain"]) == pilot["chosen_rounds"]

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from feddg.benchmark.readme import CLOSE, OPEN, dice_sections, main, quote, weights_by_site
+from tests.conftest import REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "docs" / "benchmark.md"
+PAGE = REPOSITORY / "docs" / "benchmark.md"
 RESULTS = """# Leave-one-site-out benchmark: fundus
 
 Protocol (every run): `{}`; 2 of 2 runs finished; scores of the held-out site's test cases.
@@ -81,7 +80,7 @@ def test_the_committed_benchmark_page_quotes_the_committed_result_sets():
                if line.startswith("<!-- results: ")]
     assert "benchmarks/results/loso_fundus_seeds" in folders
     assert not [f for f in folders if "/archive/" in f], "superseded result sets are not quoted"
-    assert main([str(PAGE), *folders, "--root", str(ROOT), "--check"]) == 0
+    assert main([str(PAGE), *folders, "--root", str(REPOSITORY), "--check"]) == 0
 
 
 def test_a_verdicts_block_quotes_only_the_generated_sentences(tmp_path):
@@ -96,14 +95,14 @@ def test_a_verdicts_block_quotes_only_the_generated_sentences(tmp_path):
 
 
 def test_the_front_page_headline_is_generated_from_a_committed_seeded_result_set():
-    readme = (ROOT / "README.md").read_text()
+    readme = (REPOSITORY / "README.md").read_text()
     folders = [line.split("verdicts: ", 1)[1].split(" -->")[0] for line in readme.splitlines()
                if line.startswith("<!-- verdicts: ")]
     assert folders and not [f for f in folders if "/archive/" in f]
     for folder in folders:
         block = readme.split(f"<!-- verdicts: {folder} -->\n", 1)[1].split("<!-- /results -->", 1)[0]
         assert block.startswith("From ") and "\n- **" in block, "the basis of the verdicts, then the verdicts"
-        assert main([str(ROOT / "README.md"), folder, "--root", str(ROOT), "--check"]) == 0
+        assert main([str(REPOSITORY / "README.md"), folder, "--root", str(REPOSITORY), "--check"]) == 0
 
 
 def test_a_block_without_its_closer_never_takes_the_next_block_with_it(tmp_path):

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import on_poc_ports
+from tests.conftest import REPOSITORY, on_poc_ports
 
-ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +21,7 @@ def _run(script: str, *args: str, cache: Path, timeout: float = 600, logs: Path 
     """The script's stdout; on a failure, its output and the end of every ``*.log`` under ``logs`` (the simulator
     logs a CI machine does not keep)."""
     env = {**os.environ, "FEDDG_CACHE": str(cache)}
-    result = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=ROOT, env=env, capture_output=True,
+    result = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=REPOSITORY, env=env, capture_output=True,
                             text=True, timeout=timeout)
     if result.returncode != 0:
         tails = "".join(f"\n--- {log}:\n{log.read_text(errors='replace')[-2000:]}"
@@ -108,7 +107,7 @@ def test_an_anchors_round_times_come_from_the_server_log(tmp_path):
 
 def test_round_time_refuses_a_wrong_setting_before_running(tmp_path):
     result = subprocess.run([sys.executable, "benchmarks/round_time.py", "--protocol", "fundus", "--set",
-                             "train.rounds=zero", "--out", str(tmp_path / "rt")], cwd=ROOT, capture_output=True,
+                             "train.rounds=zero", "--out", str(tmp_path / "rt")], cwd=REPOSITORY, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 2 and "train.rounds" in result.stderr
     assert not (tmp_path / "rt" / "workspace").exists()
@@ -154,7 +153,7 @@ def test_round_layouts_reports_a_failed_layout_and_runs_the_others(tmp_path):
     exits 1."""
     result = subprocess.run([sys.executable, "benchmarks/round_layouts.py", "--protocol", "fundus", "--rounds", "3",
                              "--intervals", "0.25", "--processes", "2", "--no-poc", "--timeout", "2", *TINY,
-                             "--out", str(tmp_path / "rl")], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                             "--out", str(tmp_path / "rl")], cwd=REPOSITORY, capture_output=True, text=True, timeout=600)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     results = json.loads((tmp_path / "rl" / "round_layouts.json").read_text())
     assert [x["layout"] for x in results["layouts"]] == ["simulator, every site at once", "simulator -t 2"]
@@ -164,7 +163,7 @@ def test_round_layouts_reports_a_failed_layout_and_runs_the_others(tmp_path):
 
 def test_round_layouts_refuses_a_wrong_interval_before_running(tmp_path):
     result = subprocess.run([sys.executable, "benchmarks/round_layouts.py", "--protocol", "fundus", "--intervals",
-                             "0.25,soon", "--out", str(tmp_path / "rl")], cwd=ROOT, capture_output=True, text=True,
+                             "0.25,soon", "--out", str(tmp_path / "rl")], cwd=REPOSITORY, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 2 and "--intervals" in result.stderr
     assert not (tmp_path / "rl").exists()

@@ -15,6 +15,7 @@ from feddg.benchmark.sweep import Protocol, Run, plan, prepare_folder, run_exper
 from feddg.folders import COMMITTED_JOBS
 from feddg.config import ConfigError
 from feddg.numerics import SAME_NUMBERS
+from tests.conftest import REPOSITORY
 
 
 def test_a_seed_sets_the_training_seed_and_the_methods_seeds_never_the_splits_or_the_data():
@@ -964,7 +965,6 @@ def test_tables_only_rewrites_a_folders_tables_with_this_code_and_runs_nothing(t
     without runs, another task's, or an option that would run something or choose cells is refused in one line,
     changing nothing."""
     import shutil
-    from pathlib import Path
 
     from feddg.benchmark import sweep as sweep_module
     from feddg.benchmark.results import write_results
@@ -972,7 +972,7 @@ def test_tables_only_rewrites_a_folders_tables_with_this_code_and_runs_nothing(t
     from feddg.experiment import TASK_DEFAULTS
     from feddg.flare.registry import methods
 
-    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "ga_step_fundus"  # 5 GA runs
+    committed = REPOSITORY / "benchmarks" / "results" / "ga_step_fundus"  # 5 GA runs
     ours, reference = tmp_path / "ours", tmp_path / "reference"
     for folder in (ours, reference):
         folder.mkdir()

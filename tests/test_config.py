@@ -12,9 +12,9 @@ import yaml
 from feddg.config import ConfigError, FedDGConfig
 from feddg.experiment import experiment_from_dict, load_experiment
 from feddg.flare.site_config import SiteConfig, SiteConfigError, read_site_config
+from tests.conftest import REPOSITORY
 
-REPO = Path(__file__).resolve().parents[1]
-JOB_CONFIG = REPO / "jobs" / "prostate_ga" / "app" / "config" / "feddg.yaml"
+JOB_CONFIG = REPOSITORY / "jobs" / "prostate_ga" / "app" / "config" / "feddg.yaml"
 
 
 def _job_text() -> str:
@@ -149,7 +149,7 @@ def test_unreadable_yaml_names_the_file(tmp_path):
 
 
 def test_every_committed_job_config_passes_the_schema():
-    for path in sorted((REPO / "jobs").glob("*/app/config/feddg.yaml")):
+    for path in sorted((REPOSITORY / "jobs").glob("*/app/config/feddg.yaml")):
         load_experiment(path)
 
 

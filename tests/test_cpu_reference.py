@@ -4,7 +4,6 @@ committed reference of the suite machine's family re-run there, and the referenc
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,7 @@ from benchmarks.cpu_reference import JOBS, REFERENCES, compare, family_here, mea
 from feddg.benchmark.record import run_family, run_records
 from feddg.numerics import (CPU_PIN_ENV, SAME_NUMBERS, cpu_pin_mode, effective_kernels, numbers_family,
                             pinned_environment)
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import REPOSITORY
 
 
 @pytest.mark.slow
@@ -110,17 +108,17 @@ def test_the_pin_is_one_setting_with_its_variables():
 def test_each_signature_that_joins_a_family_rests_on_whole_runs_that_repeated_it():
     """SAME_NUMBERS is a measurement: for each entry the committed comparisons of whole runs show no per-case score
     and no round's training loss differing, and a family's name is not itself mapped on (one step, no chains)."""
-    checks = ROOT / "benchmarks/results/cpu_check_prostate"
+    checks = REPOSITORY / "benchmarks/results/cpu_check_prostate"
     evidence = {"25/1 L1d 32K L2 512K L3 32M": sorted(checks.glob("amd_avx2_25-1_code_7178543b_*_RUNMC_seed6"))}
     assert set(evidence) == set(SAME_NUMBERS), "each entry names its evidence here"
-    the_set = ROOT / "benchmarks/results/loso_prostate_seeds"
+    the_set = REPOSITORY / "benchmarks/results/loso_prostate_seeds"
     made_then = run_records(the_set)  # the set's runs, with the CPU its timeline gives those that predate fields
     for signature, folders in evidence.items():
         assert SAME_NUMBERS[signature] not in SAME_NUMBERS
         assert len(folders) == 2, folders
         for folder in folders:
             same = json.loads((folder / "same_cell.json").read_text())
-            reference, again = (ROOT / run for run in same["runs"])
+            reference, again = (REPOSITORY / run for run in same["runs"])
             assert reference.parent.parent == the_set / "runs" and again.parent == folder, same["runs"]
             family = run_family(made_then[reference.parent.name])
             assert family == f"AMD avx2 [{SAME_NUMBERS[signature]}]", "the reference is of the family joined"

@@ -14,9 +14,9 @@ import benchmarks.cpu_window as cpu_window
 from feddg.benchmark.provenance import families_of_runs, runs_by_family
 from feddg.benchmark.record import CPU_TIMELINE, run_family, run_records
 from feddg.config import ConfigError
+from tests.conftest import REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[1]
-SET = ROOT / "benchmarks/results/loso_prostate_seeds"
+SET = REPOSITORY / "benchmarks/results/loso_prostate_seeds"
 SIGNATURE = "23/49 L1d 32K L2 512K L3 16M"
 HERE = {"cpu": "AMD EPYC", "avx512": False, "cpu_signature": SIGNATURE}
 NEW = "23/113 L1d 32K L2 512K L3 32M"  # a generation no run of the set was made on

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tests.conftest import REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 250
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -45,7 +45,7 @@ def _nav_pages(config: Path) -> list[str]:
 
 
 def test_the_pages_build_in_strict_mode(tmp_path):
-    built = _mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site")
+    built = _mkdocs_build(REPOSITORY / "mkdocs.yml", tmp_path / "site")
     assert built.returncode == 0, built.stderr
     assert "WARNING" not in built.stderr, built.stderr
     assert (tmp_path / "site" / "reference" / "feddg-yaml" / "index.html").is_file()
@@ -53,8 +53,8 @@ def test_the_pages_build_in_strict_mode(tmp_path):
 
 def test_a_broken_link_an_unknown_anchor_a_link_out_of_docs_and_a_page_left_out_of_nav_fail_the_build(tmp_path):
     """The strictness is mkdocs.yml's (its validation settings): checked on a copy with one problem of each kind."""
-    shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    shutil.copy(ROOT / "mkdocs.yml", tmp_path / "mkdocs.yml")
+    shutil.copytree(REPOSITORY / "docs", tmp_path / "docs")
+    shutil.copy(REPOSITORY / "mkdocs.yml", tmp_path / "mkdocs.yml")
     (tmp_path / "docs" / "orphan.md").write_text("# Not in nav\n")
     with (tmp_path / "docs" / "gpu.md").open("a") as page:
         page.write("\n[gone](no-such-page.md) [anchor](methods.md#no-such-heading) "
@@ -69,17 +69,17 @@ def test_a_broken_link_an_unknown_anchor_a_link_out_of_docs_and_a_page_left_out_
 
 
 def test_every_page_is_in_nav_and_the_front_page_links_each_one():
-    pages = sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
-    nav = _nav_pages(ROOT / "mkdocs.yml")
+    pages = sorted(str(p.relative_to(REPOSITORY / "docs")) for p in (REPOSITORY / "docs").rglob("*.md"))
+    nav = _nav_pages(REPOSITORY / "mkdocs.yml")
     assert sorted(nav) == pages
-    readme = (ROOT / "README.md").read_text()
+    readme = (REPOSITORY / "README.md").read_text()
     linked = {target.split("#")[0].removeprefix("docs/") for target in LINK.findall(readme)
               if target.startswith("docs/")}
     assert linked == set(nav) - {"index.md"}, "README.md's 'Where to go next' must link every page"
 
 
 def test_the_front_page_is_short_and_its_links_resolve():
-    readme = (ROOT / "README.md").read_text()
+    readme = (REPOSITORY / "README.md").read_text()
     assert len(readme.splitlines()) <= README_MAX_LINES
     local = [t for t in LINK.findall(readme) if not t.startswith(("http://", "https://", "#"))]
-    assert local and [t for t in local if not (ROOT / t.split("#")[0]).is_file()] == []
+    assert local and [t for t in local if not (REPOSITORY / t.split("#")[0]).is_file()] == []

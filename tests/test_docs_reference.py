@@ -3,7 +3,6 @@ allowed values and description, every key described, and the committed page equa
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -11,9 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from feddg.docs_reference import UndescribedError, load_schema, main, render, undescribed
 from feddg.experiment import experiment_schema
+from tests.conftest import REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[1]
-PAGE = ROOT / "docs" / "reference" / "feddg-yaml.md"
+PAGE = REPOSITORY / "docs" / "reference" / "feddg-yaml.md"
 # Every key of experiment_schema() has Field(description=...): a key added without one fails the drift test.
 REQUIRE_DESCRIPTIONS = True
 

@@ -18,15 +18,15 @@ from pathlib import Path
 import pytest
 
 from feddg.folders import COMMITTED_JOBS, MARKER, FolderRefused, claim, guard_folder, is_ours
+from tests.conftest import REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[1]
-JOB = ROOT / "jobs" / "fundus_fedavg"
+JOB = REPOSITORY / "jobs" / "fundus_fedavg"
 
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
     """A throwaway stand-in for a user's checkout: a .git folder and an uncommitted file."""
-    co = tmp_path / "fundus_fedavg"  # named like a job: the recipes' -w ROOT puts the run in ROOT/<job>
+    co = tmp_path / "fundus_fedavg"  # named like a job: the recipes' -w REPOSITORY puts the run in REPOSITORY/<job>
     (co / ".git").mkdir(parents=True)
     (co / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (co / "sentinel.txt").write_text("uncommitted work\n")
@@ -117,11 +117,11 @@ def _feddg(*args: str) -> list[str]:
 
 
 def _job_py(*args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "job.py"), *args]
+    return [sys.executable, str(REPOSITORY / "job.py"), *args]
 
 
 def _script(name: str, *args: str) -> list[str]:
-    return [sys.executable, str(ROOT / "benchmarks" / name), *args]
+    return [sys.executable, str(REPOSITORY / "benchmarks" / name), *args]
 
 
 # (file that declares the option, option) -> (the command with "{F}" for the folder, the option named in the
@@ -159,9 +159,9 @@ GUARDED = {
     ("benchmarks/same_cell.py", "--out"): (
         _script("same_cell.py", "a/run.json", "--label", "x", "--out", "{F}"), "--out"),
     ("benchmarks/ga_gaps.py", "--out"): (
-        _script("ga_gaps.py", str(ROOT / "benchmarks/results/loso_fundus_seeds"), "--out", "{F}"), "--out"),
+        _script("ga_gaps.py", str(REPOSITORY / "benchmarks/results/loso_fundus_seeds"), "--out", "{F}"), "--out"),
     ("benchmarks/mask_volume.py", "--out"): (
-        _script("mask_volume.py", str(ROOT / "benchmarks/results/loso_prostate_seeds"), "--out", "{F}"), "--out"),
+        _script("mask_volume.py", str(REPOSITORY / "benchmarks/results/loso_prostate_seeds"), "--out", "{F}"), "--out"),
 }
 FOLDER_OPTION = re.compile(r"^(-w|--out|--workspace(-root)?|--overlays|--[a-z-]*-dir)$")
 
@@ -170,8 +170,8 @@ def declared_folder_options() -> set[tuple[str, str]]:
     """(file, option) of every ``add_argument`` in the package and in benchmarks/ whose first flag names a folder
     the command writes (:data:`FOLDER_OPTION`); the CLI's many ``--out`` get their sub-command's name."""
     found = set()
-    for path in sorted([*(ROOT / "custom" / "feddg").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]):
-        rel = path.relative_to(ROOT).as_posix()
+    for path in sorted([*(REPOSITORY / "custom" / "feddg").rglob("*.py"), *(REPOSITORY / "benchmarks").glob("*.py")]):
+        rel = path.relative_to(REPOSITORY).as_posix()
         tree = ast.parse(path.read_text())
         command = None
         for node in ast.walk(tree):
@@ -204,7 +204,7 @@ def test_command_refuses_the_checkout(checkout, key):
     .git and uncommitted file survive."""
     argv, option = GUARDED[key]
     argv = [a.replace("{F}", ".") for a in argv]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "NVFLARE_SIMULATOR_WORKSPACE_ROOT": ""}
+    env = {**os.environ, "PYTHONPATH": str(REPOSITORY), "NVFLARE_SIMULATOR_WORKSPACE_ROOT": ""}
     env.pop("NVFLARE_SIMULATOR_WORKSPACE_ROOT")
     done = subprocess.run(argv, cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
     lines = [line for line in done.stderr.splitlines() + done.stdout.splitlines() if option in line
@@ -232,7 +232,7 @@ def test_simulate_refuses_an_empty_workspace_and_its_own_job_copy(checkout, tmp_
 
 
 def test_simulate_names_a_job_that_does_not_exist(tmp_path):
-    done = subprocess.run(_feddg("simulate", "jobs/nonexistent", "-w", str(tmp_path / "ws")), cwd=ROOT,
+    done = subprocess.run(_feddg("simulate", "jobs/nonexistent", "-w", str(tmp_path / "ws")), cwd=REPOSITORY,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "jobs/nonexistent: not a job folder" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "ws").exists()

@@ -11,10 +11,10 @@ import pytest
 
 from benchmarks.ga_gaps import (by_training_site, departure, diagnose, lag1_correlation, main, sign_persistence,
                                 smallest_mean_gap, summarise, weights_and_gaps)
+from tests.conftest import REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[1]
-FUNDUS = ROOT / "benchmarks" / "results" / "loso_fundus_seeds"
-GA_STEP = ROOT / "benchmarks" / "results" / "ga_step_fundus"  # GA with ga.step_size=0.013, no uniform runs
+FUNDUS = REPOSITORY / "benchmarks" / "results" / "loso_fundus_seeds"
+GA_STEP = REPOSITORY / "benchmarks" / "results" / "ga_step_fundus"  # GA with ga.step_size=0.013, no uniform runs
 
 
 def test_sign_persistence_counts_centred_gaps_that_keep_their_sign():
@@ -98,13 +98,13 @@ def test_per_training_site_counts_every_run_a_site_trained_in_whatever_its_held_
     assert by_training_site([]) == []
 
 
-@pytest.mark.parametrize("report", sorted((ROOT / "benchmarks" / "results").rglob("ga_gaps.md")),
-                         ids=lambda p: str(p.parent.relative_to(ROOT / "benchmarks" / "results")))
+@pytest.mark.parametrize("report", sorted((REPOSITORY / "benchmarks" / "results").rglob("ga_gaps.md")),
+                         ids=lambda p: str(p.parent.relative_to(REPOSITORY / "benchmarks" / "results")))
 def test_each_committed_ga_gaps_report_is_what_the_script_writes_from_its_folder(tmp_path, report):
     """The page quotes these files (``<!-- ga_gaps: FOLDER -->``): a GA run added to a folder without running the
     script again fails here. The file's own command is run again, into a temporary folder."""
     command = report.read_text().split("`python benchmarks/ga_gaps.py ", 1)[1].split("`", 1)[0].split()
-    assert main([str(ROOT / a) if a.startswith("benchmarks/") else a for a in command] + ["--out", str(tmp_path)]) == 0
+    assert main([str(REPOSITORY / a) if a.startswith("benchmarks/") else a for a in command] + ["--out", str(tmp_path)]) == 0
     fresh, committed = (tmp_path / "ga_gaps.md").read_text(), report.read_text()
     without_command = [t.split("\n", 3)[3] for t in (fresh, committed)]  # line 3 names the command and its --out
     assert without_command[0] == without_command[1], f"{report}: run its command again (line 3 of the file)"
@@ -176,7 +176,7 @@ def test_controls_that_cannot_be_paired_are_refused_naming_why(tmp_path, capsys,
 def test_every_benchmark_script_is_run_or_imported_by_a_test():
     """A benchmark script nobody runs breaks unseen: each ``benchmarks/<name>.py`` is named by some test, as a
     script (``"<name>.py"``) or a module (``benchmarks.<name>``)."""
-    tests = "\n".join(p.read_text() for p in sorted((ROOT / "tests").rglob("test_*.py")))
-    scripts = sorted(p.stem for p in (ROOT / "benchmarks").glob("*.py") if p.stem != "__init__")
+    tests = "\n".join(p.read_text() for p in sorted((REPOSITORY / "tests").rglob("test_*.py")))
+    scripts = sorted(p.stem for p in (REPOSITORY / "benchmarks").glob("*.py") if p.stem != "__init__")
     untested = [s for s in scripts if f"{s}.py" not in tests and f"benchmarks.{s}" not in tests]
     assert scripts and not untested, f"benchmark scripts no test runs: {untested}"

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from feddg.cli import main
 from feddg.flare.site_limits import egress_limits
 from feddg.flare.site_policy import PACKAGE_PREFIX, client_privacy, install_site_policy
+from tests.conftest import REPOSITORY
 
 DEFAULT_RESOURCES = {"format_version": 2, "components": [
     {"id": "resource_manager", "path": "nvflare.app_common.resource_managers.gpu_resource_manager.GPUResourceManager",
@@ -87,5 +87,5 @@ def test_a_limit_below_one_is_refused_by_name_and_nothing_is_written(tmp_path, c
 
 
 def test_the_deployment_page_shows_the_privacy_json_that_is_installed():
-    page = (Path(__file__).resolve().parents[1] / "docs" / "deployment.md").read_text()
+    page = (REPOSITORY / "docs" / "deployment.md").read_text()
     assert json.dumps(client_privacy(), indent=2) in page

@@ -9,17 +9,16 @@ from feddg.experiment import load_experiment
 from feddg.flare.site_policy import INJECTED_BY_NVFLARE, class_allow_list, component_paths, install_resources
 from feddg.jobs import JOBS
 from feddg.recipes.export import job_files, stale_jobs
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import REPOSITORY
 
 
 def test_committed_jobs_equal_the_template():
-    assert stale_jobs(REPO / "jobs") == [], "run `feddg make-jobs` after changing feddg/jobs.py or feddg/experiment.py"
+    assert stale_jobs(REPOSITORY / "jobs") == [], "run `feddg make-jobs` after changing feddg/jobs.py or feddg/experiment.py"
 
 
 @pytest.mark.parametrize("name", JOBS)
 def test_job_folders_are_classic_nvflare_jobs_without_custom_code(name):
-    job = REPO / "jobs" / name
+    job = REPOSITORY / "jobs" / name
     meta = json.loads((job / "meta.json").read_text())
     cfg = load_experiment(job / "app" / "config" / "feddg.yaml")
     assert meta["deploy_map"] == {"app": ["server", *cfg.data.sites]}
@@ -66,7 +65,7 @@ def _files(folder: Path) -> dict[str, tuple[int, bytes]]:
 @pytest.mark.parametrize("args, message", [
     (["--set", "train.rounds=3", "--out", ""], "--out is empty"),
     (["--paper"], "--set and --paper write jobs that differ from the template: give --out DIR"),
-    (["--set", "train.rounds=3", "--out", str(REPO / "jobs" / "extra")], "is in the repository's committed"),
+    (["--set", "train.rounds=3", "--out", str(REPOSITORY / "jobs" / "extra")], "is in the repository's committed"),
     (["--set", "train.rounds=3", "--out", "."], "--out '.' ("),
 ])
 def test_make_jobs_never_writes_over_the_committed_jobs_nor_into_a_full_current_folder(args, message, tmp_path,
@@ -75,7 +74,7 @@ def test_make_jobs_never_writes_over_the_committed_jobs_nor_into_a_full_current_
 
     (tmp_path / "notes.txt").write_text("mine")
     monkeypatch.chdir(tmp_path)
-    before = _files(REPO / "jobs")
+    before = _files(REPOSITORY / "jobs")
     assert main(["make-jobs", *args]) == 2
     assert message in capsys.readouterr().err
-    assert _files(REPO / "jobs") == before and [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+    assert _files(REPOSITORY / "jobs") == before and [p.name for p in tmp_path.iterdir()] == ["notes.txt"]

@@ -20,8 +20,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tests.conftest import REPOSITORY
 
-PACKAGE = Path(__file__).resolve().parents[1] / "custom" / "feddg"
+PACKAGE = REPOSITORY / "custom" / "feddg"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("feddg", "feddg.config", "feddg.experiment", "feddg.layouts", "feddg.jsonfile", "feddg.seeds",

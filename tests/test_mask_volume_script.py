@@ -12,11 +12,10 @@ import pytest
 import torch
 
 from benchmarks.mask_volume import case_volumes, main, measure, summarise
-from tests.conftest import tiny_experiment
+from tests.conftest import REPOSITORY, tiny_experiment
 from tests.test_inference import save_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
-PROSTATE = ROOT / "benchmarks" / "results" / "loso_prostate_seeds"
+PROSTATE = REPOSITORY / "benchmarks" / "results" / "loso_prostate_seeds"
 TEMPLATE = PROSTATE / "runs" / "prostate_ga_HK_seed0" / "run.json"
 
 

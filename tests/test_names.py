@@ -8,9 +8,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from tests.conftest import REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted([*(ROOT / "custom" / "feddg").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")])
+SOURCES = sorted([*(REPOSITORY / "custom" / "feddg").rglob("*.py"), *(REPOSITORY / "benchmarks").glob("*.py")])
 
 # literal -> the one file that may spell it
 HOMES = {
@@ -30,7 +30,7 @@ def docstrings(tree: ast.AST) -> set[int]:
     return found
 
 
-def spelled_in(literal: str, sources: list[Path], root: Path = ROOT) -> list[str]:
+def spelled_in(literal: str, sources: list[Path], root: Path = REPOSITORY) -> list[str]:
     """Each file (relative to ``root``) with a string constant, not a docstring, that contains ``literal``."""
     found = []
     for path in sources:
@@ -42,7 +42,7 @@ def spelled_in(literal: str, sources: list[Path], root: Path = ROOT) -> list[str
     return found
 
 
-def adam_betas_in(sources: list[Path], root: Path = ROOT) -> list[str]:
+def adam_betas_in(sources: list[Path], root: Path = REPOSITORY) -> list[str]:
     """Each file with a call that passes Adam's ``betas`` (keyword, or the third positional argument of Adam)."""
     found = []
     for path in sources:

@@ -4,7 +4,6 @@ of a job whose meta.json follows the sites; never written over the committed job
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -12,8 +11,9 @@ from feddg.cli import main
 from feddg.config import ConfigError
 from feddg.experiment import load_experiment, parse_overrides
 from feddg.jobs import override_job
+from tests.conftest import REPOSITORY
 
-JOBS = Path(__file__).resolve().parents[1] / "jobs"
+JOBS = REPOSITORY / "jobs"
 
 
 def test_values_are_read_as_yaml_into_nested_settings():

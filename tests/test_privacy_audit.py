@@ -15,7 +15,6 @@ Thresholds come from measurements (benchmarks/privacy_audit.py, 64 px, 1000 iter
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,8 +32,8 @@ from benchmarks.phase_retrieval_attack import (
 )
 from feddg.data.dataset import resize_images
 from feddg.methods.frequency import amplitude_window, window_half_widths
+from tests.conftest import SHARED_DATA
 
-SAMPLES = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "midss-samples"
 
 # Window attack on the real prostate slices; measured: mean SSIM 0.18, mean corr 0.32, max corr 0.61, blob 0.44.
 WINDOW_MEAN_SSIM_MAX = 0.35
@@ -46,9 +45,9 @@ WINDOW_OVER_GUESS_MAX = 0.05  # mean corr of the window attack minus that of the
 @pytest.fixture(scope="module")
 def prostate_slices() -> list[tuple[str, np.ndarray]]:
     """The 12 real prostate sample slices at 64 px, intensities in [0, 1]."""
-    if not SAMPLES.is_dir():
-        pytest.skip(f"real sample data not found at {SAMPLES.resolve()} (a user's clone has no ../shared)")
-    files = sorted((SAMPLES / "ProstateSlice").glob("*/*/image/*.png"))
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real sample data not found at {SHARED_DATA.resolve()} (a user's clone has no ../shared)")
+    files = sorted((SHARED_DATA / "ProstateSlice").glob("*/*/image/*.png"))
     assert len(files) == 12, files
     out = []
     for f in files:

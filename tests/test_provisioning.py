@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -13,17 +12,16 @@ import yaml
 from feddg.experiment import TASK_DEFAULTS
 from feddg.flare.site_policy import PACKAGE_PREFIX, authorization, install_site_policy, set_gpus
 from feddg.provisioning import PROJECT_ADMIN, hospital_admins, project_file, stale_projects
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import REPOSITORY
 
 
 def test_committed_projects_match_the_generator():
-    assert stale_projects(REPO / "provisioning") == [], "run `feddg make-jobs` and commit provisioning/"
+    assert stale_projects(REPOSITORY / "provisioning") == [], "run `feddg make-jobs` and commit provisioning/"
 
 
 @pytest.mark.parametrize("task", sorted(TASK_DEFAULTS))
 def test_nvflare_provision_writes_signed_kits_and_the_policy_installs(tmp_path, task):
-    spec = yaml.safe_load((REPO / "provisioning" / project_file(task)).read_text())
+    spec = yaml.safe_load((REPOSITORY / "provisioning" / project_file(task)).read_text())
     sites = TASK_DEFAULTS[task]["data"]["sites"]
     roles = {p["name"]: p.get("role") for p in spec["participants"] if p["type"] == "admin"}
     assert roles[PROJECT_ADMIN] == "project_admin"
@@ -32,7 +30,7 @@ def test_nvflare_provision_writes_signed_kits_and_the_policy_installs(tmp_path, 
         assert {roles[n] for n in hospital_admins(site).values()} == {"lead", "member"}
 
     proc = subprocess.run([sys.executable, "-m", "nvflare.cli", "provision", "-p",
-                           str(REPO / "provisioning" / project_file(task)), "-w", str(tmp_path / "ws")],
+                           str(REPOSITORY / "provisioning" / project_file(task)), "-w", str(tmp_path / "ws")],
                           capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     prod = tmp_path / "ws" / spec["name"] / "prod_00"

@@ -24,11 +24,9 @@ from feddg.recipes import recipe as recipe_module
 from feddg.recipes.export import folder_files, stale_jobs, write_job
 from feddg.recipes.main import main
 from feddg.recipes.sim import FedDGSimEnv
-from tests.conftest import LOOPBACK_SITES as SITES
+from tests.conftest import LOOPBACK_SITES as SITES, REPOSITORY
 from tests.conftest import lead_kit_to_closed_port
 from tests.toy_method.plugin import write_plugin
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +40,7 @@ def exports(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("name", JOBS)
 def test_every_export_equals_the_committed_job_byte_for_byte(exports, name):
-    exported, committed = folder_files(exports / name), folder_files(REPO / "jobs" / name)
+    exported, committed = folder_files(exports / name), folder_files(REPOSITORY / "jobs" / name)
     assert sorted(exported) == ["app/config/config_fed_client.json", "app/config/config_fed_server.json",
                                 "app/config/feddg.yaml", "meta.json"]  # one app, no app/custom
     assert exported == committed, "run `feddg make-jobs` after changing feddg/jobs.py or the registry"
@@ -80,7 +78,7 @@ def test_elcfs_with_ga_exports_the_base_executors_arguments(exports):
 
 
 def test_an_extra_custom_folder_or_a_changed_byte_is_drift(tmp_path):
-    shutil.copytree(REPO / "jobs" / "prostate_ga", tmp_path / "prostate_ga")
+    shutil.copytree(REPOSITORY / "jobs" / "prostate_ga", tmp_path / "prostate_ga")
     assert stale_jobs(tmp_path, ["prostate_ga"]) == []
     custom = tmp_path / "prostate_ga" / "app" / "custom" / "feddg" / "x.py"
     custom.parent.mkdir(parents=True)
@@ -164,15 +162,15 @@ def test_an_unknown_method_lists_the_known_ones():
 
 def test_export_writes_the_job_folder_under_the_export_dir(tmp_path):
     """``--export`` and ``--export-dir`` are NVFlare's, read when ``nvflare.recipe`` is imported: a real process."""
-    proc = subprocess.run([sys.executable, str(REPO / "job.py"), "prostate_ga", "--set", "train.rounds=2",
+    proc = subprocess.run([sys.executable, str(REPOSITORY / "job.py"), "prostate_ga", "--set", "train.rounds=2",
                            "--export", "--export-dir", str(tmp_path / "D")], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     job = tmp_path / "D" / "prostate_ga"
-    assert sorted(folder_files(job)) == sorted(folder_files(REPO / "jobs" / "prostate_ga"))
+    assert sorted(folder_files(job)) == sorted(folder_files(REPOSITORY / "jobs" / "prostate_ga"))
     assert "  rounds: 2\n" in (job / "app" / "config" / "feddg.yaml").read_text()
     assert folder_files(job)["app/config/config_fed_client.json"] == \
-        folder_files(REPO / "jobs" / "prostate_ga")["app/config/config_fed_client.json"]
+        folder_files(REPOSITORY / "jobs" / "prostate_ga")["app/config/config_fed_client.json"]
     assert "UserWarning" not in proc.stderr
 
 
@@ -221,9 +219,6 @@ def test_an_mla_job_shares_the_local_model_at_its_simulated_sites(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ --env prod, the checks
-
-
-
 
 
 def _prod_refusal(kit: Path, capsys) -> str:

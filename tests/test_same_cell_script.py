@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
 from benchmarks.same_cell import compare, main
+from tests.conftest import REPOSITORY
 
-ROOT = Path(__file__).resolve().parents[1]
-RECORD = ROOT / "benchmarks/results/loso_prostate_seeds/runs/prostate_fedavg_BIDMC_seed0/run.json"
+RECORD = REPOSITORY / "benchmarks/results/loso_prostate_seeds/runs/prostate_fedavg_BIDMC_seed0/run.json"
 
 
 @pytest.fixture(scope="module")

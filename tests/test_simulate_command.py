@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
 from feddg.cli import main
 from feddg.simulate import SIMULATOR_MODULE, deploy_map_sites, simulator_threads
+from tests.conftest import REPOSITORY
 
-JOB = Path(__file__).resolve().parents[1] / "jobs" / "prostate_ga"
+JOB = REPOSITORY / "jobs" / "prostate_ga"
 
 
 @pytest.mark.parametrize("rest, args, processes", [

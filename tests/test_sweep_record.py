@@ -26,6 +26,7 @@ from feddg.config import ConfigError
 from feddg.process_tree import alive
 from feddg.report import code_fingerprint, sites_absent
 from tests.fake_executor import FakeExecutor
+from tests.conftest import REPOSITORY
 
 TINY = {"train": {"rounds": 2, "local_epochs": 1}, "data": {"image_size": 32}}
 SITE = "Domain1"
@@ -244,7 +245,7 @@ def test_a_run_that_ends_without_every_site_is_recorded_as_failed_naming_it(tmp_
 def test_every_committed_run_had_every_site():
     """Every finished run of the committed results: each round aggregated every training site and the unseen site
     was evaluated (a run hit by the simulator's site-name race could not have both)."""
-    runs = sorted((Path(__file__).resolve().parents[1] / "benchmarks" / "results").glob("**/runs/*/run.json"))
+    runs = sorted((REPOSITORY / "benchmarks" / "results").glob("**/runs/*/run.json"))
     checked = 0
     for path in runs:
         record = json.loads(path.read_text())

@@ -13,8 +13,8 @@ import pytest
 from PIL import Image
 
 from feddg.config import DataConfig
+from tests.conftest import SHARED_DATA
 
-SAMPLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "midss-samples"
 PROSTATE_SITES = ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"]
 FUNDUS_SITES = ["Domain1", "Domain2", "Domain3", "Domain4"]
 
@@ -22,9 +22,9 @@ FUNDUS_SITES = ["Domain1", "Domain2", "Domain3", "Domain4"]
 @pytest.fixture(scope="session")
 def samples() -> Path:
     """The real MiDSS sample folder (../shared/data/midss-samples next to the repository)."""
-    if not SAMPLES.is_dir():
-        pytest.skip(f"real sample data not found at {SAMPLES.resolve()} (a user's clone has no ../shared)")
-    return SAMPLES.resolve()
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real sample data not found at {SHARED_DATA.resolve()} (a user's clone has no ../shared)")
+    return SHARED_DATA.resolve()
 
 
 @pytest.fixture(scope="session")

@@ -20,8 +20,7 @@ from feddg.data.layouts import discover_site, layout_spec
 from feddg.data.layouts.registry import implementation
 from feddg.data.synthetic import TASK_LAYOUTS
 from feddg.layouts import LAYOUTS, by_name, files_help, layouts_for, layouts_table
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPOSITORY
 
 
 def layout_options(parser: argparse.ArgumentParser) -> dict[str, list[str] | None]:
@@ -151,9 +150,9 @@ def test_a_fourth_layout_declared_once_appears_everywhere(tmp_path, fx):
     fx.write_png(tmp_path / "SITEA" / "train" / "lbl" / "eye.tiny.png", mask)
     fx.write_png(tmp_path / "SITEA" / "test" / "img" / "eye2.tiny.png", image)
     fx.write_png(tmp_path / "SITEA" / "test" / "lbl" / "eye2.tiny.png", mask)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))}
     out = subprocess.run([sys.executable, "-c", FOURTH_LAYOUT, str(tmp_path)], capture_output=True, text=True,
-                         timeout=120, env=env, cwd=REPO)
+                         timeout=120, env=env, cwd=REPOSITORY)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     everywhere = [*LAYOUTS, "toy_png"]
@@ -166,9 +165,7 @@ def test_a_fourth_layout_declared_once_appears_everywhere(tmp_path, fx):
 
 
 def test_the_documented_layouts_table_is_the_generated_one():
-    from pathlib import Path
-
     from feddg.layouts import layouts_table
 
-    page = Path(__file__).resolve().parents[2] / "docs" / "real-data.md"
+    page = REPOSITORY / "docs" / "real-data.md"
     assert layouts_table() in page.read_text(), "regenerate the table in docs/real-data.md (feddg.layouts.layouts_table)"

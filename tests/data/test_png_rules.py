@@ -17,8 +17,7 @@ from feddg.data.check import check_data, format_report
 from feddg.data.dataset import load_site
 from feddg.data.errors import DataError
 from feddg.data.layouts import MAX_IMAGE_SIDE, CaseRecord, read_record
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.conftest import REPOSITORY
 
 
 # ----------------------------------------------------------------------------------------------- alpha channel
@@ -199,7 +198,7 @@ def test_oversized_image_memory_stays_bounded(tmp_path):
         (tmp_path / "HK" / "test" / sub).mkdir(parents=True)
         im.save(tmp_path / "HK" / "test" / sub / "00_00.png")
         del im
-    run = subprocess.run([sys.executable, "-c", _PEAK, str(tmp_path)], capture_output=True, text=True, cwd=REPO,
+    run = subprocess.run([sys.executable, "-c", _PEAK, str(tmp_path)], capture_output=True, text=True, cwd=REPOSITORY,
                          timeout=120)
     assert run.returncode == 0, run.stderr
     peak_kib, side, foreground = map(int, run.stdout.split())

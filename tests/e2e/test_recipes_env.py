@@ -17,11 +17,10 @@ from nvflare.recipe.sim_env import SIMULATOR_WORKSPACE_ROOT_ENV_VAR, SimEnv
 
 from feddg.flare.site_policy import class_allow_list
 from feddg.poc import FED_LEARN_PORT
-from tests.conftest import on_poc_ports
+from tests.conftest import REPOSITORY, on_poc_ports
 from tests.processes import processes_naming, run_bounded
 
 pytestmark = [pytest.mark.slow, on_poc_ports]
-REPO = Path(__file__).resolve().parents[2]
 SITES = ["BIDMC", "BMC", "RUNMC"]  # BIDMC's lead submits in the POC; RUNMC is held out
 TIMEOUT_S = 600
 
@@ -38,7 +37,7 @@ def tiny(root: Path | None = None, rounds: int = 2) -> list[str]:
 
 
 def job_py(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return run_bounded([sys.executable, str(REPO / "job.py"), *args], TIMEOUT_S, env)
+    return run_bounded([sys.executable, str(REPOSITORY / "job.py"), *args], TIMEOUT_S, env)
 
 
 def test_a_tiny_ga_recipe_runs_in_simenv_with_the_projects_policy(tmp_path):

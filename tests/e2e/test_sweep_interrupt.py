@@ -16,10 +16,10 @@ import psutil
 import pytest
 
 from tests.e2e.test_benchmark import TINY
+from tests.conftest import REPOSITORY
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 SWEEP = [sys.executable, "-m", "feddg.cli", "benchmark", "--task", "fundus", "--methods", "fedavg", "--held-out",
          "Domain1", "--seeds", "0-1", "--resamples", "200", "--run-timeout", "600", *TINY]
 RUNS = ["fundus_fedavg_Domain1_seed0", "fundus_fedavg_Domain1_seed1"]
@@ -76,7 +76,7 @@ def test_sigint_stops_every_process_of_the_run_records_it_and_a_resume_completes
     seen: dict[int, tuple[int, float]] = {}
     since = time.time() - 1
     with open(tmp_path / "sweep.log", "w") as log:
-        sweep = subprocess.Popen([*SWEEP, "--out", str(out)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+        sweep = subprocess.Popen([*SWEEP, "--out", str(out)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPOSITORY,
                                  start_new_session=True)
     try:
         def workers_running() -> bool:  # every site's worker (fundus: 4 sites), their rounds begun
@@ -112,7 +112,7 @@ def test_sigint_stops_every_process_of_the_run_records_it_and_a_resume_completes
     assert record["status"] == "interrupted" and record["reason"].startswith("stopped by SIGINT after")
     assert not (out / "runs" / RUNS[1]).exists() and not (out / ".sweep.lock").exists()
 
-    resumed = subprocess.run([*SWEEP, "--out", str(out)], capture_output=True, text=True, env=env, cwd=REPO,
+    resumed = subprocess.run([*SWEEP, "--out", str(out)], capture_output=True, text=True, env=env, cwd=REPOSITORY,
                              timeout=900)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "2 runs, 0 done before, 2 to run" in resumed.stdout, "the interrupted run is run again"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,8 +17,8 @@ from feddg.jobs import JOBS
 from feddg.recipes.export import job_files
 from tests.e2e.test_simulator import check_run, make_job, run_job
 from tests.toy_method.plugin import write_plugin
+from tests.conftest import REPOSITORY
 
-REPO = Path(__file__).resolve().parents[2]
 SITES = ["BIDMC", "BMC", "HK", "I2CVB", "RUNMC", "UCL"]
 
 
@@ -29,7 +28,7 @@ def plugin(tmp_path, monkeypatch):
     folder = write_plugin(tmp_path / "plugin")
     monkeypatch.syspath_prepend(str(folder))
     assert register_entry_points() == ["median"]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), str(REPO), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(folder), str(REPOSITORY), os.environ.get("PYTHONPATH", "")]))
     yield folder
     unregister("median")
     sys.modules.pop("tests.toy_method.part", None)
