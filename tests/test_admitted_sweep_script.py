@@ -16,6 +16,7 @@ from benchmarks.admitted_sweep import FIXES_ENV, SHIM
 from tests.conftest import REPOSITORY
 
 SCRIPT = REPOSITORY / "benchmarks" / "admitted_sweep.py"
+FIXES = REPOSITORY / "custom" / "feddg" / "flare" / "simulator.py"  # this checkout's simulator fixes
 RUNNER = "nvflare.private.fed.app.simulator.simulator_runner"
 
 # The stand-in package's CLI: writes what it was run with into the --out folder.
@@ -69,7 +70,7 @@ def test_the_sweep_runs_the_commits_package_from_its_worktree_with_the_fixes_and
     assert seen["argv"] == ["benchmark", "--task", "prostate", "--out", str(tmp_path / "rel" / "out")]
     assert Path(seen["cwd"]) == worktree.resolve()
     assert seen["pythonpath"].split(os.pathsep)[:2] == [str(worktree / "custom"), str(SHIM)]
-    assert seen["fixes"] == str(REPOSITORY / "custom" / "feddg" / "flare" / "simulator.py")
+    assert seen["fixes"] == str(FIXES)
     again = _sweep(tmp_path, "--repo", str(repo), "--commit", first, "--worktree", "wt", "--",
                    "--out=rel/again", "--data-root", "data")
     assert again.returncode == 0, again.stderr
@@ -124,7 +125,7 @@ def _runner_in_a_process(environ: dict[str, str]) -> dict:
 
 def test_the_shim_puts_the_checkouts_simulator_fixes_into_nvflares_runner_when_it_is_imported():
     environ = {k: v for k, v in os.environ.items() if k != FIXES_ENV}
-    fixed = _runner_in_a_process({**environ, FIXES_ENV: str(REPOSITORY / "custom" / "feddg" / "flare" / "simulator.py")})
+    fixed = _runner_in_a_process({**environ, FIXES_ENV: str(FIXES)})
     assert fixed == {"loaded": True, "runner_class": "feddg_simulator_fixes", "runner_ports": "feddg_simulator_fixes",
                      "deployer_ports": "feddg_simulator_fixes"}
     plain = _runner_in_a_process(environ)

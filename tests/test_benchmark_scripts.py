@@ -21,8 +21,8 @@ def _run(script: str, *args: str, cache: Path, timeout: float = 600, logs: Path 
     """The script's stdout; on a failure, its output and the end of every ``*.log`` under ``logs`` (the simulator
     logs a CI machine does not keep)."""
     env = {**os.environ, "FEDDG_CACHE": str(cache)}
-    result = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=REPOSITORY, env=env, capture_output=True,
-                            text=True, timeout=timeout)
+    result = subprocess.run([sys.executable, f"benchmarks/{script}", *args], cwd=REPOSITORY, env=env,
+                            capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
         tails = "".join(f"\n--- {log}:\n{log.read_text(errors='replace')[-2000:]}"
                         for log in (sorted(logs.rglob("*.log")) if logs is not None else []))
@@ -153,7 +153,8 @@ def test_round_layouts_reports_a_failed_layout_and_runs_the_others(tmp_path):
     exits 1."""
     result = subprocess.run([sys.executable, "benchmarks/round_layouts.py", "--protocol", "fundus", "--rounds", "3",
                              "--intervals", "0.25", "--processes", "2", "--no-poc", "--timeout", "2", *TINY,
-                             "--out", str(tmp_path / "rl")], cwd=REPOSITORY, capture_output=True, text=True, timeout=600)
+                             "--out", str(tmp_path / "rl")], cwd=REPOSITORY, capture_output=True, text=True,
+                            timeout=600)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
     results = json.loads((tmp_path / "rl" / "round_layouts.json").read_text())
     assert [x["layout"] for x in results["layouts"]] == ["simulator, every site at once", "simulator -t 2"]
@@ -163,7 +164,7 @@ def test_round_layouts_reports_a_failed_layout_and_runs_the_others(tmp_path):
 
 def test_round_layouts_refuses_a_wrong_interval_before_running(tmp_path):
     result = subprocess.run([sys.executable, "benchmarks/round_layouts.py", "--protocol", "fundus", "--intervals",
-                             "0.25,soon", "--out", str(tmp_path / "rl")], cwd=REPOSITORY, capture_output=True, text=True,
-                            timeout=120)
+                             "0.25,soon", "--out", str(tmp_path / "rl")], cwd=REPOSITORY, capture_output=True,
+                            text=True, timeout=120)
     assert result.returncode == 2 and "--intervals" in result.stderr
     assert not (tmp_path / "rl").exists()

@@ -104,7 +104,8 @@ def test_each_committed_ga_gaps_report_is_what_the_script_writes_from_its_folder
     """The page quotes these files (``<!-- ga_gaps: FOLDER -->``): a GA run added to a folder without running the
     script again fails here. The file's own command is run again, into a temporary folder."""
     command = report.read_text().split("`python benchmarks/ga_gaps.py ", 1)[1].split("`", 1)[0].split()
-    assert main([str(REPOSITORY / a) if a.startswith("benchmarks/") else a for a in command] + ["--out", str(tmp_path)]) == 0
+    args = [str(REPOSITORY / a) if a.startswith("benchmarks/") else a for a in command]
+    assert main(args + ["--out", str(tmp_path)]) == 0
     fresh, committed = (tmp_path / "ga_gaps.md").read_text(), report.read_text()
     without_command = [t.split("\n", 3)[3] for t in (fresh, committed)]  # line 3 names the command and its --out
     assert without_command[0] == without_command[1], f"{report}: run its command again (line 3 of the file)"

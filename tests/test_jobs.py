@@ -13,7 +13,8 @@ from tests.conftest import REPOSITORY
 
 
 def test_committed_jobs_equal_the_template():
-    assert stale_jobs(REPOSITORY / "jobs") == [], "run `feddg make-jobs` after changing feddg/jobs.py or feddg/experiment.py"
+    assert stale_jobs(REPOSITORY / "jobs") == [], \
+        "run `feddg make-jobs` after changing feddg/jobs.py or feddg/experiment.py"
 
 
 @pytest.mark.parametrize("name", JOBS)

@@ -138,8 +138,7 @@ def test_simulate_with_a_larger_image_size_runs_the_elcfs_exchange(tmp_path, syn
                "--set", "data.image_size=256", "--set", f"data.root={synthetic_root['fundus']}",
                "--set", "train.rounds=1", "--set", "train.local_epochs=1", "--set", "model.features=[8,8,16,32,64,8]",
                "--set", "data.sites=[Domain1,Domain2,Domain3]"]
-    root = REPOSITORY
-    result = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((ws / "server" / "simulate_job" / "feddg_report.json").read_text())
     assert report["config"]["data"]["image_size"] == 256

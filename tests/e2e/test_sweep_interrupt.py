@@ -76,8 +76,8 @@ def test_sigint_stops_every_process_of_the_run_records_it_and_a_resume_completes
     seen: dict[int, tuple[int, float]] = {}
     since = time.time() - 1
     with open(tmp_path / "sweep.log", "w") as log:
-        sweep = subprocess.Popen([*SWEEP, "--out", str(out)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPOSITORY,
-                                 start_new_session=True)
+        sweep = subprocess.Popen([*SWEEP, "--out", str(out)], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 cwd=REPOSITORY, start_new_session=True)
     try:
         def workers_running() -> bool:  # every site's worker (fundus: 4 sites), their rounds begun
             seen.update(_tree(sweep.pid))
