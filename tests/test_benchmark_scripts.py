@@ -50,17 +50,17 @@ def test_elcfs_boundary_ablation(tmp_path):
     assert "episodic + boundary" in out
 
 
-def test_round_time_writes_its_measurements(tmp_path):
-    _run("round_time.py", "--job", "fundus_fedavg", "--rounds", "1", "--skip-local", "--out", str(tmp_path / "rt"),
-         cache=tmp_path / "cache")
-    results = json.loads((tmp_path / "rt" / "round_time.json").read_text())
-    assert results["rounds"] == 1 and len(results["federated"]["rounds"]) == 1
-    assert "torch " + results["versions"]["torch"] in (tmp_path / "rt" / "round_time.md").read_text()
-
-
 TINY = ["--set", "data.image_size=32", "--set", "data.synthetic.cases_per_site=4", "--set", "data.synthetic.size=32",
         "--set", "data.synthetic.held_out_cases=6", "--set", "model.features=[8,8,16,32,64,8]",
         "--set", "eval.batch_size=8"]
+
+
+def test_round_time_writes_its_measurements(tmp_path):
+    _run("round_time.py", "--job", "fundus_fedavg", "--rounds", "1", "--skip-local", *TINY, "--out",
+         str(tmp_path / "rt"), cache=tmp_path / "cache")
+    results = json.loads((tmp_path / "rt" / "round_time.json").read_text())
+    assert results["rounds"] == 1 and len(results["federated"]["rounds"]) == 1
+    assert "torch " + results["versions"]["torch"] in (tmp_path / "rt" / "round_time.md").read_text()
 
 
 def test_round_time_breaks_a_protocol_run_into_its_parts_beside_nvflares_own_rounds(tmp_path):
