@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -76,6 +78,48 @@ def tiny_experiment(task: str, root: str | None = None, **train) -> dict:
     exp["train"].update({"rounds": 1, "local_epochs": 1, "batch_size": 4, **train})
     exp["eval"]["batch_size"] = 8
     return exp
+
+
+# The unseen site's cases in tests that run a sweep or a benchmark script: their protocol enlarges it
+# (feddg.benchmark.sweep's SYNTHETIC_HELD_OUT_CASES) for narrow intervals, which a test does not need.
+TINY_HELD_OUT_CASES = 6
+
+
+def _departures(value: Any, default: Any) -> Any:
+    """The parts of the nested ``value`` that differ from ``default`` (an empty dict where none does)."""
+    if isinstance(value, dict) and isinstance(default, dict):
+        parts = {key: _departures(item, default.get(key)) for key, item in value.items() if item != default.get(key)}
+        return {key: item for key, item in parts.items() if item != {}}
+    return value
+
+
+def tiny_overrides(task: str, held_out_cases: int | None = None, **train: Any) -> dict:
+    """The overrides that make ``task``'s defaults :func:`tiny_experiment`'s data, model and evaluation settings, as
+    nested as ``feddg.yaml``; ``held_out_cases`` and ``train`` only as given (a script or sweep under test sets its
+    own rounds, and a protocol its own unseen-site size)."""
+    out = _departures({s: tiny_experiment(task)[s] for s in ("data", "model", "eval")}, TASK_DEFAULTS[task])
+    if held_out_cases is not None:
+        out["data"].setdefault("synthetic", {})["held_out_cases"] = held_out_cases
+    if train:
+        out["train"] = dict(train)
+    return out
+
+
+def as_sets(overrides: dict, _prefix: str = "") -> list[str]:
+    """Nested ``overrides`` as the command line's options, ``["--set", "data.image_size=32", ...]``: a string as it
+    is, any other value as JSON, which ``feddg.experiment.parse_overrides`` reads back as YAML."""
+    options = []
+    for key, value in overrides.items():
+        if isinstance(value, dict):
+            options += as_sets(value, f"{_prefix}{key}.")
+        else:
+            options += ["--set", f"{_prefix}{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    return options
+
+
+def tiny_sets(task: str, held_out_cases: int | None = None, **train: Any) -> list[str]:
+    """:func:`tiny_overrides` as ``--set`` options, for tests that run the command line and the scripts."""
+    return as_sets(tiny_overrides(task, held_out_cases, **train))
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks.pilot_rounds import chosen_rounds, envelope, main
 from feddg.benchmark.sweep import PILOT_SECONDS_PER_ROUND, SWEEP_ROUNDS
-from tests.conftest import REPOSITORY
+from tests.conftest import REPOSITORY, TINY_HELD_OUT_CASES, tiny_sets
 
 
 def test_the_envelope_is_the_best_so_far_of_the_trailing_mean():
@@ -54,10 +54,8 @@ def test_the_sweeps_protocol_is_what_the_committed_pilot_chose(task):
 @pytest.mark.slow
 def test_the_pilot_runs_end_to_end_on_a_tiny_setting(tmp_path, monkeypatch):
     monkeypatch.setenv("FEDDG_CACHE", str(tmp_path / "cache"))
-    tiny = ["--set", "data.image_size=32", "--set", "data.synthetic.cases_per_site=4", "--set",
-            "data.synthetic.size=32", "--set", "model.features=[8,8,16,32,64,8]", "--set", "eval.batch_size=8"]
     code = main(["--task", "fundus", "--rounds", "5", "--held-out", "Domain1", "--gain", "1.0",
-                 "--run-timeout", "600", "--out", str(tmp_path / "pilot"), *tiny])
+                 "--run-timeout", "600", "--out", str(tmp_path / "pilot"), *tiny_sets("fundus", TINY_HELD_OUT_CASES)])
     assert code == 0
     summary = json.loads((tmp_path / "pilot" / "fundus" / "pilot.json").read_text())
     assert len(summary["curve"]) == 5 and summary["chosen_rounds"] == 5  # any gain is below 1.0

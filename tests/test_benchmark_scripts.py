@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPOSITORY, on_poc_ports
+from tests.conftest import REPOSITORY, TINY_HELD_OUT_CASES, on_poc_ports, tiny_sets
 
 
 pytestmark = pytest.mark.slow
@@ -50,9 +50,7 @@ def test_elcfs_boundary_ablation(tmp_path):
     assert "episodic + boundary" in out
 
 
-TINY = ["--set", "data.image_size=32", "--set", "data.synthetic.cases_per_site=4", "--set", "data.synthetic.size=32",
-        "--set", "data.synthetic.held_out_cases=6", "--set", "model.features=[8,8,16,32,64,8]",
-        "--set", "eval.batch_size=8"]
+TINY = tiny_sets("fundus", TINY_HELD_OUT_CASES)
 
 
 def test_round_time_writes_its_measurements(tmp_path):
@@ -114,9 +112,7 @@ def test_round_time_refuses_a_wrong_setting_before_running(tmp_path):
 
 
 def test_sweep_throughput_writes_its_measurements(tmp_path):
-    tiny = ["--set", "train.local_epochs=1", "--set", "data.image_size=32", "--set", "data.synthetic.cases_per_site=4",
-            "--set", "data.synthetic.held_out_cases=6", "--set", "data.synthetic.size=32",
-            "--set", "model.features=[8,8,16,32,64,8]", "--set", "eval.batch_size=8"]
+    tiny = tiny_sets("fundus", TINY_HELD_OUT_CASES, local_epochs=1)
     out = _run("sweep_throughput.py", "--runs", "2", "--rounds", "2", "--parallel", "1,2", *tiny,
                "--out", str(tmp_path / "st"), cache=tmp_path / "cache")
     results = json.loads((tmp_path / "st" / "sweep_throughput.json").read_text())

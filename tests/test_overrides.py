@@ -9,9 +9,9 @@ import pytest
 
 from feddg.cli import main
 from feddg.config import ConfigError
-from feddg.experiment import load_experiment, parse_overrides
+from feddg.experiment import TASK_DEFAULTS, load_experiment, parse_overrides, with_overrides
 from feddg.jobs import override_job
-from tests.conftest import REPOSITORY
+from tests.conftest import REPOSITORY, TINY_HELD_OUT_CASES, tiny_experiment, tiny_overrides, tiny_sets
 
 JOBS = REPOSITORY / "jobs"
 
@@ -21,6 +21,20 @@ def test_values_are_read_as_yaml_into_nested_settings():
                             "data.root=/data/prostate", "train.augment=false"]) == {
         "train": {"rounds": 20, "lr": 0.001, "augment": False},
         "data": {"root": "/data/prostate", "sites": ["BMC", "HK", "UCL"]}}
+
+
+@pytest.mark.parametrize("task", ["prostate", "fundus"])
+def test_the_tests_tiny_options_read_back_as_the_tiny_experiment(task):
+    """The command-line tests' ``--set`` options (tests/conftest.py) are the component tests' tiny setting."""
+    train = {"rounds": 2, "local_epochs": 1}
+    options = tiny_sets(task, TINY_HELD_OUT_CASES, **train)
+    assert options[::2] == ["--set"] * (len(options) // 2)
+    overrides = parse_overrides(options[1::2])
+    assert overrides == tiny_overrides(task, TINY_HELD_OUT_CASES, **train)
+    experiment, _ = with_overrides(TASK_DEFAULTS[task], overrides, f"{task}'s defaults")
+    tiny = tiny_experiment(task, **train)
+    tiny["data"]["synthetic"]["held_out_cases"] = TINY_HELD_OUT_CASES
+    assert all(experiment[s] == tiny[s] for s in ("data", "model", "eval"))
 
 
 @pytest.mark.parametrize("bad, reason", [("train.rounds", "expected section.key=value"),

@@ -19,13 +19,11 @@ from feddg.flare.constants import PROGRESS_FILE, FedDGMeta
 from feddg.flare.controller import ROUNDS_COMPLETED
 from feddg.inference import read_checkpoint
 from feddg.report import code_fingerprint
-from tests.conftest import REPOSITORY
+from tests.conftest import REPOSITORY, TINY_HELD_OUT_CASES, tiny_sets
 
 pytestmark = pytest.mark.slow
 
-TINY = ["--set", "train.rounds=2", "--set", "train.local_epochs=1", "--set", "data.image_size=32",
-        "--set", "data.synthetic.cases_per_site=4", "--set", "data.synthetic.held_out_cases=6",
-        "--set", "data.synthetic.size=32", "--set", "model.features=[8,8,16,32,64,8]", "--set", "eval.batch_size=8"]
+TINY = tiny_sets("fundus", TINY_HELD_OUT_CASES, rounds=2, local_epochs=1)
 # Three of fundus's four sites: each of the sweep's runs trains two (the held-out one evaluates), which is all its
 # outputs need. Gradient alignment needs three training sites to act (the sweep refuses it with two), so its test
 # keeps all four.

@@ -17,7 +17,7 @@ from nvflare.recipe.sim_env import SIMULATOR_WORKSPACE_ROOT_ENV_VAR, SimEnv
 
 from feddg.flare.site_policy import class_allow_list
 from feddg.poc import FED_LEARN_PORT
-from tests.conftest import REPOSITORY, on_poc_ports
+from tests.conftest import REPOSITORY, as_sets, on_poc_ports, tiny_sets
 from tests.processes import processes_naming, run_bounded
 
 pytestmark = [pytest.mark.slow, on_poc_ports]
@@ -27,13 +27,8 @@ TIMEOUT_S = 600
 
 def tiny(root: Path | None = None, rounds: int = 2) -> list[str]:
     """``--set`` assignments of a tiny three-site prostate run (32 px, a narrow net, one epoch a round)."""
-    sets = [f"data.sites=[{', '.join(SITES)}]", "data.unseen_site=RUNMC", "data.image_size=32",
-            "data.synthetic.cases_per_site=3", "data.synthetic.slices_per_case=4", "data.synthetic.size=32",
-            "model.features=[8, 8, 16, 32, 64, 8]", f"train.rounds={rounds}", "train.local_epochs=1",
-            "eval.batch_size=8"]
-    if root is not None:
-        sets.append(f"data.root={root}")
-    return [arg for s in sets for arg in ("--set", s)]
+    sites = {"sites": SITES, "unseen_site": "RUNMC", **({"root": str(root)} if root is not None else {})}
+    return [*tiny_sets("prostate", rounds=rounds, local_epochs=1), *as_sets({"data": sites})]
 
 
 def job_py(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

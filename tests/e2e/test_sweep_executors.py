@@ -23,15 +23,12 @@ from feddg.benchmark.reproduce import case_scores_of
 from feddg.cli import main
 from feddg.compute import SITE_PROCESSES_ENV, available_cores
 from feddg.process_tree import kill_tree
+from tests.conftest import TINY_HELD_OUT_CASES, as_sets, tiny_overrides
 
 pytestmark = pytest.mark.slow
 
-TINY = ["--set", "train.rounds=2", "--set", "train.local_epochs=1", "--set", "data.image_size=32",
-        "--set", "data.synthetic.cases_per_site=4", "--set", "data.synthetic.held_out_cases=6",
-        "--set", "data.synthetic.size=32", "--set", "model.features=[8,8,16,32,64,8]", "--set", "eval.batch_size=8"]
-TINY_OVERRIDES = {"train": {"rounds": 2, "local_epochs": 1},
-                  "data": {"image_size": 32, "synthetic": {"cases_per_site": 4, "held_out_cases": 6, "size": 32}},
-                  "model": {"features": [8, 8, 16, 32, 64, 8]}, "eval": {"batch_size": 8}}
+TINY_OVERRIDES = tiny_overrides("fundus", TINY_HELD_OUT_CASES, rounds=2, local_epochs=1)
+TINY = as_sets(TINY_OVERRIDES)
 SWEEP = ["benchmark", "--task", "fundus", "--methods", "fedavg", "--held-out", "Domain1", "--seeds", "0-1",
          "--resamples", "100", "--run-timeout", "600", *TINY]
 
