@@ -97,7 +97,8 @@ def tiny_overrides(task: str, held_out_cases: int | None = None, **train: Any) -
     """The overrides that make ``task``'s defaults :func:`tiny_experiment`'s data, model and evaluation settings, as
     nested as ``feddg.yaml``; ``held_out_cases`` and ``train`` only as given (a script or sweep under test sets its
     own rounds, and a protocol its own unseen-site size)."""
-    out = _departures({s: tiny_experiment(task)[s] for s in ("data", "model", "eval")}, TASK_DEFAULTS[task])
+    tiny = tiny_experiment(task)
+    out = _departures({section: tiny[section] for section in ("data", "model", "eval")}, TASK_DEFAULTS[task])
     if held_out_cases is not None:
         out["data"].setdefault("synthetic", {})["held_out_cases"] = held_out_cases
     if train:
