@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPOSITORY, TINY_HELD_OUT_CASES, on_poc_ports, tiny_sets
+from tests.conftest import REPOSITORY, TINY_HELD_OUT_CASES, on_poc_ports, tiny_overrides, tiny_sets
 
 
 pytestmark = pytest.mark.slow
@@ -48,6 +48,37 @@ def test_elcfs_time(tmp_path):
 def test_elcfs_boundary_ablation(tmp_path):
     out = _run("elcfs_boundary_ablation.py", "--task", "fundus", "--epochs", "1", cache=tmp_path)
     assert "episodic + boundary" in out
+
+
+def test_mla_standardization(tmp_path):
+    out = _run("mla_standardization.py", "--task", "fundus", "--seeds", "0", "--epochs", "1,2", *tiny_sets("fundus"),
+               cache=tmp_path)
+    rows = [line for line in out.splitlines() if line.startswith("| standardized") or line.startswith("| raw")]
+    assert len(rows) == 4 and "Domain1's weights" in out and "raw features: per-feature mean" in out
+
+
+
+def test_mla_standardization_scores_a_bundles_local_models_with_each_modules_weights(tmp_path):
+    import torch
+
+    from feddg.experiment import experiment_from_dict
+    from feddg.flare.mla.bundle import save_bundle
+    from feddg.jobs import experiment
+    from feddg.methods.mla.attention import DomainAttention
+    from feddg.methods.mla.encoders import build_feature_encoder
+    from feddg.nets.unet import build_model
+
+    cfg = experiment_from_dict(experiment("fundus", "mlabin", tiny_overrides("fundus")))
+    torch.manual_seed(0)
+    models = {site: build_model(cfg) for site in cfg.data.train_sites}
+    m = cfg.mla
+    encoder = build_feature_encoder(cfg.data.in_channels, m.encoder_seed, width=m.encoder_width, depth=m.encoder_depth)
+    bundle = save_bundle(tmp_path / "bundle", models, encoder, DomainAttention(encoder.out_features, len(models)), cfg)
+    out = _run("mla_standardization.py", "--seeds", "0", "--epochs", "1", "--bundle", str(bundle),
+               cache=tmp_path / "cache")
+    assert "the bundle's own DAM" in out and "averaged uniformly" in out and "| Domain1 Dice |" in out
+    rows = [line for line in out.splitlines() if line.startswith("| standardized") or line.startswith("| raw")]
+    assert len(rows) == 2 and all(line.count("[") == 3 for line in rows)  # bank, validation and Dice spreads
 
 
 TINY = tiny_sets("fundus", TINY_HELD_OUT_CASES)

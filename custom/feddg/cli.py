@@ -386,7 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only report job files that differ from the recipes' exports (changed, missing, extra)")
     p.add_argument("--set", dest="overrides", action="append", metavar="KEY=VALUE",
                    help="change a feddg.yaml setting of every job written (repeatable; only with --out)")
-    p.add_argument("--paper", action="store_true", help="the papers' setting (384 px, 100 rounds, batch 5), for GPUs")
+    p.add_argument("--paper", action="store_true",
+                   help="the papers' size, as ELCFS gives it (384 px, 100 rounds, batch 5), for GPUs")
     p.add_argument("names", nargs="*")
     p.set_defaults(func=_cmd_make_jobs)
 

@@ -65,8 +65,9 @@ def evaluate_sliceset(
     batch_size: int = 16,
     largest_component: bool = False,
 ) -> dict[str, Any]:
-    """Score ``model`` on ``s``: the summary of :func:`feddg.metrics.summarize` plus ``loss`` (mean Dice
-    loss over images, the training loss) and ``n_images``; ``cases`` lists the per-unit metrics."""
+    """Score ``model`` on ``s``: the summary of :func:`feddg.metrics.summarize` plus ``loss`` (the training loss,
+    Dice pooled over the whole split: :func:`feddg.training.segmentation_loss`) and ``n_images``; ``cases`` lists
+    the per-unit metrics."""
     if len(s) == 0:
         raise ValueError(f"site {s.site}: nothing to evaluate (empty split)")
     return score_logits(predict_logits(model, s.images, device, batch_size), s, label_names, largest_component)

@@ -17,8 +17,11 @@ from feddg.precision import Precision
 
 
 # Adam's decay rates of its first and second moment estimates in every site's local training, whatever the method:
-# the setting the papers' local training is described with (docs/methods.md, ELCFS: "Adam 1e-3 (0.9, 0.99)"),
-# not PyTorch's default (0.9, 0.999). One setting for all methods, so that two methods differ only in what they add.
+# ELCFS's setting (section 4.2: Adam, learning rate 1e-3, momentum 0.9 and 0.99), not PyTorch's default
+# (0.9, 0.999). The other papers train otherwise (MLA-BIN: Adam at PyTorch's defaults, learning rate 0.01 with a
+# decay schedule; gradient alignment: SGD). One setting for all methods, so that two methods differ only in what
+# they add; a departure for those two, not measured against their own optimizers (docs/methods.md, "Where the
+# shared local training departs from the papers").
 LOCAL_ADAM_BETAS = (0.9, 0.99)
 
 

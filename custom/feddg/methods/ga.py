@@ -14,7 +14,9 @@ one ``ga.gap_split`` names; the training split by default) minus the loss of the
 previous round on the same split. A site with a larger gap is served worse by the global model and gains weight.
 
 The authors' released code differs from the paper: it does not centre the gaps on their mean, scales the step by
-a hard-coded 1/3, and measures gaps with accuracy instead of the loss. This module follows the paper.
+a hard-coded 1/3, measures gaps with accuracy instead of the loss, and takes them on the validation split instead of
+the training set. This module follows the paper (``ga.gap_split: val`` keeps the released code's split, see
+docs/methods.md for the measurement behind the default).
 """
 
 from __future__ import annotations

@@ -54,6 +54,17 @@ def test_training_on_separable_features_reaches_high_accuracy_and_generalizes():
     assert w.shape == (3,) and int(w.argmax()) == 1 and float(w[1]) > 0.9
 
 
+def test_the_bank_standardizes_the_input_unless_turned_off():
+    bank = _toy_bank(np.random.default_rng(0), n=10)
+    x = np.concatenate(list(bank.values()))
+    on, _, _ = train_domain_attention(bank, epochs=1, seed=0)
+    assert np.allclose(on.feature_mean.numpy(), x.mean(axis=0), rtol=1e-5)
+    assert np.allclose(on.feature_std.numpy(), x.std(axis=0), rtol=1e-4)
+    off, _, _ = train_domain_attention(bank, epochs=1, seed=0, standardize=False)  # Eq. (3) as printed
+    assert torch.equal(off.feature_mean, torch.zeros(16)) and torch.equal(off.feature_std, torch.ones(16))
+    assert not torch.equal(on.fc2.weight, off.fc2.weight)
+
+
 def test_training_is_deterministic_and_seed_dependent():
     bank = _toy_bank(np.random.default_rng(1), n=10)
     threads = torch.get_num_threads()

@@ -29,8 +29,9 @@ class GeneralizationAdjustmentAggregator(ModelAggregator):
     ``generalization_gap`` in the metadata (GA's site hook, :mod:`feddg.flare.ga.hook`). Weights start
     uniform (a_i = 1/M over the training sites of ``feddg.yaml``), not proportional to data size.
 
-    A site whose gap is missing, NaN or infinite keeps its previous weight this round and is left out of mu (one
-    warning naming it). A site absent from a round keeps its stored weight for when it returns; the present
+    A site whose gap is missing, NaN or infinite is not moved this round and is left out of mu (one warning naming
+    it): it keeps its previous weight unless another site's weight is clipped at 0, in which case the renormalization
+    rescales it with the rest. A site absent from a round keeps its stored weight for when it returns; the present
     sites' weights are renormalized for the average. Updates with NaN/Inf or mismatched parameters never reach
     this class: the workflow rejects them first.
 
