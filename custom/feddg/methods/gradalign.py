@@ -15,7 +15,11 @@ Choices the paper leaves open, written down here:
     of Algorithm 1 (test and correct against the original g_i and sum the corrections) makes the corrections of
     every conflicting pair cancel in the mean: -2 lambda (g_i - g_j) - 2 lambda (g_j - g_i) = 0, so the aggregate
     would always be the plain mean and the method would do nothing. For the same reason two sites alone always
-    give the plain mean here too: each is pulled towards the other by the same amount.
+    give the plain mean here too: each is pulled towards the other by the same amount. A third, literal reading
+    (line 5 recomputes g_hat_i from the original g_i at each conflicting j) keeps only the last conflicting site's
+    correction; the text's "we repeat this process ... in a random order" reads as the running update. Line 4 as
+    printed tests <g_i, g_j>; testing the running g_hat is this module's choice (a corrected update may no longer
+    conflict). None of the readings was measured against the others (docs/methods.md).
   * The order of the other sites is random per site (seeded; injectable for tests).
   * Inner products run over all aligned parameters flattened together, in float64.
   * No conflicting pair: the aggregate equals the plain mean.
