@@ -23,10 +23,10 @@ local model of every training site that opted in):
 5. ``mla_evaluate`` to every site, the unseen one included. Task data (DXO ``MLA_BUNDLE``): the bundle's payload
    form (:func:`feddg.flare.mla.bundle.bundle_to_payload`). Each site weights the local models by the DAM's output
    on its own evaluation images (Eq. 4) and scores the combination (the paper applies the DAM to the unseen
-   domain's data "on the server"; here the bundle goes to the data, so no image of the unseen site leaves it); the server adds the model ``"mla"`` to
-   ``feddg_report.json`` (``models["mla"]``, table rows after final / best, and an ``mla`` section with the
-   attention weights per site, the DAM's accuracy and the sites that took part) and prints the table, with the
-   unseen site's final / best / MLA metrics side by side.
+   domain's data "on the server"; here the bundle goes to the data, so no image of the unseen site leaves it); the
+   server adds the model ``"mla"`` to ``feddg_report.json`` (``models["mla"]``, table rows after final / best, and
+   an ``mla`` section with the attention weights per site, the DAM's accuracy and the sites that took part) and
+   prints the table, with the unseen site's final / best / MLA metrics side by side.
 
 What leaves a site in this workflow: one feature vector per training image (step 2) and metric summaries with the
 site's attention weights (step 5).

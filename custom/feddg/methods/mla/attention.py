@@ -19,7 +19,7 @@ Choices the paper leaves open (no public code exists):
   trained), so the same transform is applied at application time. Random-encoder features are small and unevenly
   scaled (synthetic prostate: per-feature standard deviations 0 to 0.02). Measured on a prostate MLA-BIN job's
   bundle, 5 seeds (``benchmarks/mla_standardization.py``, numbers in docs/methods.md): with it the module tells the
-  sites apart after 5 epochs (accuracy 1.000; 0.40 without), both forms reach 1.000 by 100 epochs, and they send
+  sites apart after 5 epochs (accuracy 1.000; about 0.4 without), both forms reach 1.000 by 100 epochs, and they send
   the unseen site's weight to different sites, unseen Dice 0.551 with it against 0.529 without.
   ``train_domain_attention(..., standardize=False)`` gives Eq. 3 as printed.
 * **Training.** Plain cross-entropy (Eq. 8), no class weighting (so a site with more images gets a larger prior,
