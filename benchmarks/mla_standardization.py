@@ -33,6 +33,7 @@ have to learn.
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
 import torch
@@ -45,6 +46,7 @@ from feddg.flare.mla.bundle import load_bundle
 from feddg.jobs import experiment
 from feddg.methods.mla.attention import attention_weights, train_domain_attention
 from feddg.methods.mla.encoders import build_feature_encoder, encode
+from feddg.numerics import host_family
 
 
 def accuracy(module: torch.nn.Module, features: dict[str, np.ndarray], order: list[str]) -> float:
@@ -85,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         encoder = build_feature_encoder(cfg.data.in_channels, cfg.mla.encoder_seed, width=cfg.mla.encoder_width,
                                         depth=cfg.mla.encoder_depth)
     m = cfg.mla
+    print(f"Made by `python benchmarks/mla_standardization.py {' '.join(argv if argv is not None else sys.argv[1:])}` "
+          f"on {host_family('off')}.\n")
     bank, held_aside = {}, {}
     for site in cfg.data.train_sites:
         splits = load_site(cfg.data, site)
