@@ -44,20 +44,15 @@ from feddg.evaluation import evaluate_sliceset, mean_dice
 from feddg.experiment import experiment_from_dict, parse_overrides
 from feddg.flare.mla.bundle import load_bundle
 from feddg.jobs import experiment
-from feddg.methods.mla.attention import attention_weights, train_domain_attention
+from feddg.methods.mla.attention import attention_weights, site_accuracy, train_domain_attention
 from feddg.methods.mla.encoders import build_feature_encoder, encode
 from feddg.numerics import host_family
 
 
 def accuracy(module: torch.nn.Module, features: dict[str, np.ndarray], order: list[str]) -> float:
-    """The share of vectors whose largest DAM output is their own site."""
-    hits = total = 0
-    with torch.no_grad():
-        for i, site in enumerate(order):
-            x = torch.from_numpy(np.asarray(features[site], np.float32))
-            hits += int((module(x).argmax(dim=1) == i).sum())
-            total += len(x)
-    return hits / total
+    """The share of all vectors whose largest DAM output is their own site (``site_accuracy`` weighted by count)."""
+    per_site = site_accuracy(module, features, order)
+    return sum(per_site[s] * len(features[s]) for s in order) / sum(len(features[s]) for s in order)
 
 
 def spread(values: list[float]) -> str:

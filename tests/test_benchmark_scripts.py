@@ -57,7 +57,6 @@ def test_mla_standardization(tmp_path):
     assert len(rows) == 4 and "Domain1's weights" in out and "raw features: per-feature mean" in out
 
 
-
 def test_mla_standardization_scores_a_bundles_local_models_with_each_modules_weights(tmp_path):
     import torch
 

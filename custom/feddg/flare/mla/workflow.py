@@ -66,7 +66,7 @@ from feddg.flare.mla.payloads import (
 from feddg.flare.payloads import PayloadRejected
 from feddg.flare.phase import ServerPhase
 from feddg.jsonfile import read_json
-from feddg.methods.mla.attention import train_domain_attention
+from feddg.methods.mla.attention import site_accuracy, train_domain_attention
 from feddg.methods.mla.encoders import build_feature_encoder, global_model_encoder
 from feddg.nets.unet import build_model
 from feddg.report import REPORT_FILE, compare_models, evaluation_rows, format_table, write_report
@@ -193,12 +193,12 @@ class MLAWorkflow(ServerPhase):
             bank, epochs=m.attention_epochs, lr=m.attention_lr, seed=m.attention_seed,
             batch_size=m.attention_batch_size, conv_channels=m.attention_conv_channels, hidden=m.attention_hidden,
         )
-        site_accuracy = _site_accuracy(attention, bank, order)
-        per_site = ", ".join(f"{s} {a:.3f}" for s, a in site_accuracy.items())
+        by_site = site_accuracy(attention, bank, order)
+        per_site = ", ".join(f"{s} {a:.3f}" for s, a in by_site.items())
         self.log_info(fl_ctx, f"MLA: domain attention module trained on {sum(len(bank[s]) for s in order)} feature "
                               f"vectors of {order} ({m.attention_epochs} epochs); accuracy on the bank "
                               f"{accuracy:.3f} (per site: {per_site})")
-        summary.update(sites=order, attention_accuracy=accuracy, attention_site_accuracy=site_accuracy,
+        summary.update(sites=order, attention_accuracy=accuracy, attention_site_accuracy=by_site,
                        feature_images={s: int(len(bank[s])) for s in order}, feature_width=mla_feature_width(self.cfg))
         return attention, order
 
@@ -318,16 +318,6 @@ class MLAWorkflow(ServerPhase):
         self.log_info(fl_ctx, f"MLA report (also in {path}):\n{format_table(report['table'])}\n{text}")
         print(f"\nFedDG report with MLA, unseen site {unseen} (JSON: {path}; bundle: {summary['bundle']})\n"
               f"{format_table(report['table'])}\n{text}\n", flush=True)
-
-
-def _site_accuracy(attention, bank: dict[str, np.ndarray], order: list[str]) -> dict[str, float]:
-    """Per site: the share of its bank vectors the module assigns to it."""
-    out = {}
-    with torch.no_grad():
-        for i, site in enumerate(order):
-            pred = attention(torch.from_numpy(np.asarray(bank[site], np.float32))).argmax(dim=1)
-            out[site] = float((pred == i).float().mean())
-    return out
 
 
 def reply_problem(result: Shareable | None) -> str | None:

@@ -206,6 +206,17 @@ def train_domain_attention(
     return module, used, accuracy
 
 
+def site_accuracy(module: DomainAttention, features: Mapping[str, np.ndarray], order: list[str]) -> dict[str, float]:
+    """Per site of ``order`` (the module's output order): the share of its (N_site, C) vectors in ``features`` whose
+    largest output is that site."""
+    out = {}
+    with torch.no_grad():
+        for i, site in enumerate(order):
+            pred = module(torch.from_numpy(np.asarray(features[site], np.float32))).argmax(dim=1)
+            out[site] = float((pred == i).float().mean())
+    return out
+
+
 def attention_weights(
     module: DomainAttention, features: torch.Tensor | np.ndarray, mode: str = "mean"
 ) -> torch.Tensor:
