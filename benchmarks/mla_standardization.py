@@ -43,9 +43,10 @@ from feddg.data.dataset import load_site
 from feddg.evaluation import evaluate_sliceset, mean_dice
 from feddg.experiment import experiment_from_dict, parse_overrides
 from feddg.flare.mla.bundle import load_bundle
+from feddg.flare.mla.settings import random_feature_encoder
 from feddg.jobs import experiment
 from feddg.methods.mla.attention import attention_weights, site_accuracy, train_domain_attention
-from feddg.methods.mla.encoders import build_feature_encoder, encode
+from feddg.methods.mla.encoders import encode
 from feddg.numerics import host_family
 
 
@@ -79,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"sites {list(cfg.data.train_sites)} (a site left out of MLA)")
     else:
         cfg = experiment_from_dict(experiment(args.task, "mlabin", parse_overrides(args.overrides)))
-        encoder = build_feature_encoder(cfg.data.in_channels, cfg.mla.encoder_seed, width=cfg.mla.encoder_width,
-                                        depth=cfg.mla.encoder_depth)
+        encoder = random_feature_encoder(cfg)
     m = cfg.mla
     print(f"Made by `python benchmarks/mla_standardization.py {' '.join(argv if argv is not None else sys.argv[1:])}` "
           f"on {host_family('off')}.\n")

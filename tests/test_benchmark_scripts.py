@@ -62,16 +62,15 @@ def test_mla_standardization_scores_a_bundles_local_models_with_each_modules_wei
 
     from feddg.experiment import experiment_from_dict
     from feddg.flare.mla.bundle import save_bundle
+    from feddg.flare.mla.settings import random_feature_encoder
     from feddg.jobs import experiment
     from feddg.methods.mla.attention import DomainAttention
-    from feddg.methods.mla.encoders import build_feature_encoder
     from feddg.nets.unet import build_model
 
     cfg = experiment_from_dict(experiment("fundus", "mlabin", tiny_overrides("fundus")))
     torch.manual_seed(0)
     models = {site: build_model(cfg) for site in cfg.data.train_sites}
-    m = cfg.mla
-    encoder = build_feature_encoder(cfg.data.in_channels, m.encoder_seed, width=m.encoder_width, depth=m.encoder_depth)
+    encoder = random_feature_encoder(cfg)
     bundle = save_bundle(tmp_path / "bundle", models, encoder, DomainAttention(encoder.out_features, len(models)), cfg)
     out = _run("mla_standardization.py", "--seeds", "0", "--epochs", "1", "--bundle", str(bundle),
                cache=tmp_path / "cache")

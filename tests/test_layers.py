@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import ast
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -211,3 +213,21 @@ def test_method_folders_never_import_each_other(tmp_path):
     (root / "flare" / "beta" / "executor.py").write_text("from feddg.flare.alpha import thing\n")
     assert violations(root) == ["feddg.flare.beta.executor -> feddg.flare.alpha: method folders never import "
                                 "each other"]
+
+
+HEAVY = ("torch", "nvflare", "ray", "monai")
+IMPORT_LIGHT = ["feddg.flare.method_spec", "feddg.flare.registry", "feddg.flare.site_limits", "feddg.rehearsal.options",
+                "feddg.benchmark.executors"] + sorted(
+    module_name(path, PACKAGE) for pattern in ("flare/*/part.py", "flare/*/settings.py")
+    for path in PACKAGE.glob(pattern))
+
+
+def test_the_modules_the_cli_reads_at_start_up_import_no_heavy_package():
+    """Each method's ``part.py`` and ``settings.py``, the registry and the modules whose docstrings promise it load
+    none of :data:`HEAVY` (docs/code-layout.md): a lazy import inside a function keeps a helper's torch out."""
+    script = ("import importlib, sys\n"
+              f"for name in {IMPORT_LIGHT!r}:\n"
+              "    importlib.import_module(name)\n"
+              f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert len(IMPORT_LIGHT) > 10 and done.stdout.strip() == "[]"

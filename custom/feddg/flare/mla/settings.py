@@ -4,11 +4,14 @@ MLA-BIN is ``model.bin_levels``."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
 from feddg.config import FedDGConfig, NonNegativeInt, PositiveFloat, PositiveInt, Settings
+
+if TYPE_CHECKING:
+    from feddg.methods.mla.encoders import RandomEncoder
 
 
 class MLASettings(Settings):
@@ -44,3 +47,12 @@ def mla_feature_width(cfg: FedDGConfig) -> int:
     if cfg.mla.encoder == "global":
         return int(cfg.model.features[4])
     return int(cfg.mla.encoder_width * 2 ** (cfg.mla.encoder_depth - 1))
+
+
+def random_feature_encoder(cfg: FedDGConfig) -> RandomEncoder:
+    """The random encoder of Eq. (2) that ``mla.encoder_seed``, ``encoder_width`` and ``encoder_depth`` draw (the
+    server's copy; each site rebuilds the same one from the feature request's fields)."""
+    from feddg.methods.mla.encoders import build_feature_encoder  # torch: the job's parts read this module without it
+
+    m = cfg.mla
+    return build_feature_encoder(cfg.data.in_channels, m.encoder_seed, width=m.encoder_width, depth=m.encoder_depth)

@@ -55,7 +55,7 @@ from feddg.flare.controller import stream_rows
 from feddg.flare.mla.bundle import bundle_to_payload, load_bundle, save_bundle
 from feddg.flare.mla.executor import MLA_MODEL_NAME
 from feddg.flare.mla.local_models import LOCAL_MODELS_DIR, LocalModelStore, OPT_IN_HINT
-from feddg.flare.mla.settings import mla_feature_width
+from feddg.flare.mla.settings import mla_feature_width, random_feature_encoder
 from feddg.flare.mla.payloads import (
     MLATask,
     attention_weight_split,
@@ -67,7 +67,7 @@ from feddg.flare.payloads import PayloadRejected
 from feddg.flare.phase import ServerPhase
 from feddg.jsonfile import read_json
 from feddg.methods.mla.attention import site_accuracy, train_domain_attention
-from feddg.methods.mla.encoders import build_feature_encoder, global_model_encoder
+from feddg.methods.mla.encoders import global_model_encoder
 from feddg.nets.unet import build_model
 from feddg.report import REPORT_FILE, compare_models, evaluation_rows, format_table, write_report
 
@@ -238,11 +238,8 @@ class MLAWorkflow(ServerPhase):
         cfg = self._cfg
         m = cfg.mla
         if m.encoder == "random":
-            encoder = build_feature_encoder(cfg.data.in_channels, m.encoder_seed, width=m.encoder_width,
-                                            depth=m.encoder_depth)
-            request = feature_request_dxo("random", m.feature_images, in_channels=cfg.data.in_channels,
-                                          seed=m.encoder_seed, width=m.encoder_width, depth=m.encoder_depth)
-            return request, encoder
+            encoder = random_feature_encoder(cfg)
+            return feature_request_dxo("random", m.feature_images, **encoder.hparams()), encoder
         weights = self._final_global_weights(fl_ctx)
         if weights is None:
             return None, ("mla.encoder is 'global' but the final global model is not available from the persistor "
