@@ -10,7 +10,9 @@ some sites), so a method that weighs the training sites differently (GA) can mov
 towards one convention; this script measures whether it did.
 
 It needs the models, which the repository does not keep (only ``run.json``): a run's final global model
-(``FL_global_model.pt``, the benchmark's reported model) is read from beside its ``run.json``, where the sweep
+(``FL_global_model.pt``; the benchmark's reported model for every method but MLA-BIN, whose reported model is the
+attention-combined one: for its runs this script measures the final global model, checked against that model's own
+recorded per-case Dice) is read from beside its ``run.json``, where the sweep
 keeps it on the machine that made the run (:func:`feddg.benchmark.executors.base.final_model`; code before that
 kept none), or else from the run's workspace while that is still there. A model lives only on the machine that
 made its run, so the measurement accumulates: a run whose model is not here keeps its row from the output's earlier
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from folder_report import number, report_folder, seed_difference, write_report  # noqa: E402
 
 VOLUME_KEYS = ("ratio", "in_slices", "off_slices")
+FINAL = "final"  # the report's name of the final global model, the model this script scores
 REPORT = "mask_volume"  # the report's name: REPORT.md and REPORT.json (folder_report.write_report), read back too
 
 
@@ -81,27 +84,21 @@ def score_run(model_path: Path, held_out: str, recorded_dice: np.ndarray | None)
     import torch
 
     from feddg.data.dataset import load_site
-    from feddg.evaluation import evaluation_units, predict_logits
+    from feddg.evaluation import predict_logits, predicted_units
     from feddg.inference import read_checkpoint
-    from feddg.metrics import case_metrics, largest_connected_component
+    from feddg.metrics import case_metrics
 
     checkpoint = read_checkpoint(model_path)
     cfg = checkpoint.config
     test = load_site(cfg.data, held_out)["test"]
-    pred = predict_logits(checkpoint.model, test.images, torch.device("cpu"), cfg.eval.batch_size) > 0.0
-    gt = test.labels.astype(bool)
-    volumes: list[dict[str, float]] = []
+    logits = predict_logits(checkpoint.model, test.images, torch.device("cpu"), cfg.eval.batch_size)
+    volumes: list[dict[str, float | None]] = []
     dice: list[float] = []
-    for _, rows, spacing in evaluation_units(test):
-        # (L, H, W, D) for a volume (its slices in order), (L, H, W) for an image: the units the run scored.
-        p = np.moveaxis(pred[rows], 0, -1) if test.spacing is not None else pred[rows[0]]
-        g = np.moveaxis(gt[rows], 0, -1) if test.spacing is not None else gt[rows[0]]
-        if cfg.eval.largest_component:
-            p = largest_connected_component(p)
+    for _, p, g, spacing in predicted_units(logits, test, cfg.eval.largest_component):  # the units the run scored
         metrics = case_metrics(p, g, spacing, distances=False)
         dice.append(float(np.mean([metrics[str(l)]["dice"] for l in range(p.shape[0])])))
         per_structure = [v for v in (case_volumes(p[l], g[l]) for l in range(p.shape[0])) if v is not None]
-        volumes.append({k: float(np.mean([v[k] for v in per_structure])) if per_structure else float("nan")
+        volumes.append({k: float(np.mean([v[k] for v in per_structure])) if per_structure else None
                         for k in VOLUME_KEYS})
     dice_here = np.array(dice)
     if recorded_dice is None or len(recorded_dice) != len(dice_here):
@@ -109,8 +106,14 @@ def score_run(model_path: Path, held_out: str, recorded_dice: np.ndarray | None)
     else:
         agreement = float(np.max(np.abs(dice_here - recorded_dice)))
     return {"model": str(model_path), "cases": volumes, "dice": float(dice_here.mean()),
-            "max_dice_difference": agreement,
-            **{k: float(np.nanmean([c[k] for c in volumes])) for k in VOLUME_KEYS}}
+            "max_dice_difference": agreement, **{k: _mean_present(volumes, k) for k in VOLUME_KEYS}}
+
+
+def _mean_present(items: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """The mean of ``key`` over the cases (or runs) that have it (a case whose references are all empty has no
+    volumes); None when none has it."""
+    values = [c[key] for c in items if c[key] is not None]
+    return float(np.mean(values)) if values else None
 
 
 def earlier_row(row: Mapping[str, Any] | None, recorded_dice: np.ndarray | None) -> Mapping[str, Any] | None:
@@ -141,24 +144,24 @@ def measure(folder: Path, held_out: Sequence[str] | None = None,
             continue
         model = final_model(folder / "runs" / run_id)  # the copy beside run.json before the workspace's
         if model is None:
-            kept = earlier_row(earlier.get(run_id), case_dice(record))
+            kept = earlier_row(earlier.get(run_id), case_dice(record, FINAL))
             if kept is None:
                 missing.append(run_id)
             else:
                 rows.append({**kept, "scored_here": False})
             continue
         rows.append({"run_id": run_id, "method": run["method"], "held_out": run["held_out"], "seed": int(run["seed"]),
-                     **score_run(model, run["held_out"], case_dice(record)), "scored_here": True})
+                     **score_run(model, run["held_out"], case_dice(record, FINAL)), "scored_here": True})
     rows.sort(key=lambda r: (r["held_out"], r["method"], r["seed"]))
     return rows, missing
 
 
-def _finite_pairs(ours: Sequence[Mapping[str, float]], theirs: Sequence[Mapping[str, float]]
-                  ) -> tuple[list[float], list[float]]:
+def _paired_ratios(ours: Sequence[Mapping[str, float | None]], theirs: Sequence[Mapping[str, float | None]]
+                   ) -> tuple[list[float], list[float]]:
     """The two runs' per-case ratios, left out where a case has none (its reference is empty: the same cases for
     both, since both score the same test cases)."""
     kept = [(a["ratio"], b["ratio"]) for a, b in zip(ours, theirs, strict=True)
-            if np.isfinite(a["ratio"]) and np.isfinite(b["ratio"])]
+            if a["ratio"] is not None and b["ratio"] is not None]
     return [a for a, _ in kept], [b for _, b in kept]
 
 
@@ -173,10 +176,10 @@ def summarise(rows: Sequence[dict[str, Any]], control: str) -> list[dict[str, An
     out = []
     for (site, method), runs in sorted(by_cell.items()):
         theirs = by_cell.get((site, control), {})
-        paired = {k: _finite_pairs(runs[k]["cases"], theirs[k]["cases"]) for k in sorted(set(runs) & set(theirs))}
+        paired = {k: _paired_ratios(runs[k]["cases"], theirs[k]["cases"]) for k in sorted(set(runs) & set(theirs))}
         difference = compare_seeds({site: paired}) if paired and method != control else None
         out.append({"held_out": site, "method": method, "seeds": sorted(runs),
-                    **{k: float(np.mean([r[k] for r in runs.values()])) for k in ("dice",) + VOLUME_KEYS},
+                    **{k: _mean_present(list(runs.values()), k) for k in ("dice",) + VOLUME_KEYS},
                     "ratio_minus_control": None if difference is None else difference.to_dict()})
     return out
 

@@ -82,6 +82,12 @@ def test_measure_scores_each_kept_model_again_and_checks_it_against_its_record(t
     record = json.loads((folder / "runs" / "prostate_ga_HK_seed0" / "run.json").read_text())
     record["report"]["models"]["final"]["sites"]["HK"]["splits"]["test"]["cases"]["0"]["prostate"]["dice"] += 0.25
     (folder / "runs" / "prostate_ga_HK_seed0" / "run.json").write_text(json.dumps(record))
+    # MLA-BIN reports its attention-combined model: the final global model is checked against its own scores.
+    mla = _run(folder, synthetic_root["prostate"], "mlabin", 0)
+    combined = copy.deepcopy(mla["report"]["models"]["final"])
+    combined["sites"]["HK"]["splits"]["test"]["cases"]["0"]["prostate"]["dice"] += 0.25
+    mla["report"].update(models={**mla["report"]["models"], "mla": combined}, reported_model="mla")
+    (folder / "runs" / "prostate_mlabin_HK_seed0" / "run.json").write_text(json.dumps(mla))
 
     rows, missing = measure(folder)
     assert missing == ["prostate_ga_HK_seed1"]
@@ -90,6 +96,7 @@ def test_measure_scores_each_kept_model_again_and_checks_it_against_its_record(t
     assert by_method["fedavg"]["model"] == str(fedavg_folder / "FL_global_model.pt")
     assert by_method["fedavg"]["max_dice_difference"] == pytest.approx(0.0, abs=1e-7)
     assert by_method["ga"]["max_dice_difference"] == pytest.approx(0.25, abs=1e-6)  # the record says otherwise
+    assert by_method["mlabin"]["max_dice_difference"] == pytest.approx(0.0, abs=1e-7)
 
     # The ratio against a count over each case's slices, done here without the per-slice split.
     ga = by_method["ga"]
@@ -121,13 +128,18 @@ def test_the_command_writes_its_tables_and_refuses_what_it_cannot_score(tmp_path
 
 
 def test_the_shared_report_helpers(tmp_path):
-    from benchmarks.folder_report import number, report_folder, seed_difference
+    from benchmarks.folder_report import number, report_folder, seed_difference, write_report
 
     assert number(None) == "-" and number(0.12345) == "0.123" and number(0.5, signed=True) == "+0.500"
     assert seed_difference(None) == "-"
     assert seed_difference({"mean": -0.1, "low": None, "n_seeds": 1}) == "-0.100 (1 seed)"
-    d = {"mean": 0.05, "low": 0.01, "high": 0.09, "p": {"value": 0.0421}, "n_seeds": 5}
+    d = {"mean": 0.05, "low": 0.01, "high": 0.09, "p": {"value": 0.0421, "kind": "t", "resamples": 0}, "n_seeds": 5}
     assert seed_difference(d) == "+0.050 [+0.010, +0.090], t p 0.042 (5 seeds)"
+    d["p"]["value"] = 2e-5  # printed as PValue prints it, not as 0.000
+    assert seed_difference(d) == "+0.050 [+0.010, +0.090], t p 2.0e-05 (5 seeds)"
+    with pytest.raises(ValueError, match="no NaN"):
+        write_report(tmp_path / "report", "r", "text", {"ratio": float("nan")})
+    assert not (tmp_path / "report" / "r.json").exists()
     with pytest.raises(ValueError, match="not a benchmark results folder"):
         report_folder(tmp_path, None)
     assert report_folder(PROSTATE, tmp_path / "elsewhere") == tmp_path / "elsewhere"

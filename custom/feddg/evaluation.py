@@ -73,6 +73,25 @@ def evaluate_sliceset(
     return score_logits(predict_logits(model, s.images, device, batch_size), s, label_names, largest_component)
 
 
+def predicted_units(
+    logits: np.ndarray, s: SliceSet, largest_component: bool = False
+) -> Iterator[tuple[str, np.ndarray, np.ndarray, tuple[float, ...] | None]]:
+    """Yield (unit id, prediction, reference, spacing) per evaluation unit of ``s`` (:func:`evaluation_units`):
+    the binary masks the scores are computed on, (L, H, W) for an image or (L, H, W, D) for a volume, the
+    prediction ``logits > 0`` (sigmoid > 0.5) from logits (N, L, H, W) predicted for ``s``'s images, reduced to its
+    largest connected component per structure when ``largest_component``."""
+    if logits.shape[0] != len(s):
+        raise ValueError(f"site {s.site}: {logits.shape[0]} predictions for {len(s)} images")
+    pred = logits > 0.0
+    gt = s.labels.astype(bool)
+    volumetric = s.spacing is not None
+    for unit_id, rows, spacing in evaluation_units(s):
+        p = _as_unit(pred, rows, volumetric)
+        if largest_component:
+            p = largest_connected_component(p)
+        yield unit_id, p, _as_unit(gt, rows, volumetric), spacing
+
+
 def score_logits(
     logits: np.ndarray, s: SliceSet, label_names: Sequence[str], largest_component: bool = False
 ) -> dict[str, Any]:
@@ -80,22 +99,13 @@ def score_logits(
     by one model per image as MLA's ``per_image`` mode does)."""
     if len(s) == 0:
         raise ValueError(f"site {s.site}: nothing to evaluate (empty split)")
-    if logits.shape[0] != len(s):
-        raise ValueError(f"site {s.site}: {logits.shape[0]} predictions for {len(s)} images")
-    loss = _loss(logits, s.labels)
-    pred = logits > 0.0  # sigmoid(x) > 0.5
-    gt = s.labels.astype(bool)
-    volumetric = s.spacing is not None
     cases = []
-    for unit_id, rows, spacing in evaluation_units(s):
-        p = _as_unit(pred, rows, volumetric)
-        if largest_component:
-            p = largest_connected_component(p)
-        result = case_metrics(p, _as_unit(gt, rows, volumetric), spacing)
+    for unit_id, p, g, spacing in predicted_units(logits, s, largest_component):
+        result = case_metrics(p, g, spacing)
         result["case_id"] = unit_id
         cases.append(result)
-    summary = summarize(cases, label_names, "mm" if volumetric else "px")
-    summary["loss"] = loss
+    summary = summarize(cases, label_names, "mm" if s.spacing is not None else "px")
+    summary["loss"] = _loss(logits, s.labels)
     summary["n_images"] = int(len(s))
     return {"summary": summary, "cases": cases}
 

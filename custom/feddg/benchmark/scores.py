@@ -57,9 +57,10 @@ def held_out_summary(record: dict[str, Any], model: str | None = None) -> dict[s
     return site.get("splits", {}).get("test")
 
 
-def case_dice(record: dict[str, Any]) -> np.ndarray | None:
-    """(n_cases,) each held-out case's Dice averaged over the structures; None without per-case scores."""
-    summary = held_out_summary(record)
+def case_dice(record: dict[str, Any], model: str | None = None) -> np.ndarray | None:
+    """(n_cases,) each held-out case's Dice averaged over the structures, of ``model`` (default: the reported one);
+    None without per-case scores."""
+    summary = held_out_summary(record, model)
     if not summary or CASES not in summary:
         return None
     names = label_names(record)
