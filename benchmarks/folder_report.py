@@ -4,13 +4,14 @@ difference with the seed as the unit are printed."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from feddg.benchmark.record import SWEEP_FILE
+from feddg.benchmark.stats import PValue
 from feddg.folders import guard_folder
+from feddg.jsonfile import write_json
 
 
 def report_folder(folder: Path, out: Path | None) -> Path:
@@ -26,7 +27,7 @@ def write_report(out: Path, name: str, text: str, payload: Mapping[str, Any]) ->
     """``out/<name>.md`` (``text``, also printed) and ``out/<name>.json`` (``payload``)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{name}.md").write_text(text)
-    (out / f"{name}.json").write_text(json.dumps(payload, indent=1))
+    write_json(out / f"{name}.json", payload, indent=1, finite=True)
     print(text)
 
 
@@ -41,5 +42,5 @@ def seed_difference(d: Mapping[str, Any] | None) -> str:
         return "-"
     text = f"{d['mean']:+.3f}"
     if d["low"] is not None:
-        text += f" [{d['low']:+.3f}, {d['high']:+.3f}], t p {d['p']['value']:.3f}"
+        text += f" [{d['low']:+.3f}, {d['high']:+.3f}], t p {PValue(**d['p']).format()}"
     return f"{text} ({d['n_seeds']} seed{'' if d['n_seeds'] == 1 else 's'})"

@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from feddg.benchmark.readme import BY_SITE, BY_TRAINING_SITE  # the titles the README's ga_gaps blocks look for
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from folder_report import number, report_folder, seed_difference, write_report  # noqa: E402
 
@@ -222,7 +224,7 @@ def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], 
              "site: the mean over seeds, the 95% crossed bootstrap interval and the paired t-test's p-value over "
              "the seeds, the seed as the unit; not adjusted over the sites). "
              f"Ended at <= {DROPPED}: the sites whose final weight was {DROPPED} or less, in how many seeds.", "",
-             "## Per held-out site (means over seeds)", "",
+             f"{BY_SITE} (means over seeds)", "",
              f"| held-out | seeds | mean departure | sign persistence | gap lag-1 corr. | Dice - {control} | "
              f"largest final weight (seeds) | ended at <= {DROPPED} (seeds) | smallest mean gap (seeds) |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -233,7 +235,7 @@ def markdown(rows: Sequence[dict[str, Any]], summary: Sequence[dict[str, Any]], 
         lines.append(f"| {s['held_out']} | {s['seeds']} | {number(s['mean_departure'])} | "
                      f"{number(s['sign_persistence'])} | {number(s['lag1_correlation'])} | "
                      f"{seed_difference(s['difference'])} | {heaviest} | {dropped} | {smallest} |")
-    lines += ["", "## Per training site (every run it trained in)", "",
+    lines += ["", f"{BY_TRAINING_SITE} (every run it trained in)", "",
               f"Over the held-out sites together: the runs a site trained in, its mean final weight, and in how many "
               f"of those runs it ended at {DROPPED} or less, had the smallest mean gap, ended with the largest weight.",
               "", f"| training site | runs | mean final weight | ended at <= {DROPPED} | smallest mean gap | "
