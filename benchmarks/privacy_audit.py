@@ -41,9 +41,12 @@ import numpy as np
 from PIL import Image
 
 from feddg.data.dataset import crop_square, resize_images
+from feddg.flare.elcfs.settings import ELCFSSettings
 from feddg.numbers import finite, positive
 
 from phase_retrieval_attack import format_table, run_audit, summarize, synthetic_phantom  # next to this script
+
+JOB = ELCFSSettings()  # the window the ELCFS jobs send unless their feddg.yaml says otherwise
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -73,8 +76,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=1000, help="HIO+ER iterations per restart")
     parser.add_argument("--restarts", type=int, default=4, help="random restarts; the best Fourier fit is kept")
     parser.add_argument("--beta", type=finite, default=0.9)
-    parser.add_argument("--alpha", type=finite, default=0.01)
-    parser.add_argument("--min-half-width", type=int, default=1)
+    parser.add_argument("--alpha", type=finite, default=JOB.alpha, help=f"default: the jobs' ({JOB.alpha})")
+    parser.add_argument("--min-half-width", type=int, default=JOB.min_half_width,
+                        help=f"default: the jobs' ({JOB.min_half_width})")
     parser.add_argument("--support-fraction", type=positive, default=None,
                         help="give both attacks a centred support box of this fraction of each side "
                              "(default: none)")
