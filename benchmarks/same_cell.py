@@ -21,7 +21,6 @@ machine's). Then only the training losses of those rounds are compared.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from collections.abc import Sequence
@@ -29,10 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from feddg.benchmark.protocol import as_json, differences, first_difference
-from feddg.benchmark.record import finished
+from feddg.benchmark.record import check_record, finished
 from feddg.benchmark.scores import seed_dice
 from feddg.benchmark.reproduce import case_scores_of
 from feddg.folders import guard_folder
+from feddg.jsonfile import read_json_object, write_json
 
 
 def first_loss_difference(reference: dict[str, Any], record: dict[str, Any], rounds: int | None = None) -> str | None:
@@ -127,13 +127,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = shlex.join(["python", "benchmarks/same_cell.py", *(sys.argv[1:] if argv is None else argv)])
     try:
         args.out = guard_folder(args.out, "--out", whole=False)  # two files of its own, replaced by name
-        rows = compare([json.loads(p.read_text()) for p in args.runs], args.label, args.rounds)
+        rows = compare([check_record(p, read_json_object(p)) for p in args.runs], args.label, args.rounds)
     except (OSError, ValueError, KeyError) as e:
         print(f"same_cell: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "same_cell.json").write_text(json.dumps({"runs": [str(p) for p in args.runs], "rows": rows},
-                                                        indent=1) + "\n")
+    write_json(args.out / "same_cell.json", {"runs": [str(p) for p in args.runs], "rows": rows}, indent=1, finite=True)
     (args.out / "same_cell.md").write_text(markdown(rows, command))
     print(markdown(rows, command))
     return 0

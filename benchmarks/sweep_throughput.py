@@ -15,7 +15,6 @@ Markdown table (``sweep_throughput.md``) is formatted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -25,9 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from feddg.benchmark.record import run_records
 from feddg.benchmark.sweep import TIMING_HELD_OUT
 from feddg.compute import available_cores
 from feddg.folders import guard_folder
+from feddg.jsonfile import write_json
 from feddg.numbers import seconds
 from feddg.report import machine_info, software_versions
 
@@ -49,7 +50,7 @@ def measure(task: str, runs: int, rounds: int, parallel: int, overrides: list[st
     if done.returncode != 0:
         raise RuntimeError(f"--parallel {parallel}: feddg benchmark exited {done.returncode}:\n"
                            f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    records = [json.loads(p.read_text()) for p in sorted(folder.glob("runs/*/run.json"))]
+    records = list(run_records(folder).values())
     return {"parallel": parallel, "runs": len(records), "wall_s": round(wall, 3),
             "runs_per_hour": round(3600 * len(records) / wall, 2),
             "run_wall_s": [r["wall_s"] for r in records], "statuses": [r["status"] for r in records],
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             results["sweeps"].append(sweep)
             print(f"    {sweep['wall_s']:.0f} s, {sweep['runs_per_hour']:.1f} runs per hour", flush=True)
             # the raw measurements first, after every sweep: a later failure must not lose them
-            (out / "sweep_throughput.json").write_text(json.dumps(results, indent=2) + "\n")
+            write_json(out / "sweep_throughput.json", results, indent=2, finite=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     text = markdown(results)
