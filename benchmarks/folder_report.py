@@ -24,10 +24,11 @@ def report_folder(folder: Path, out: Path | None) -> Path:
 
 
 def write_report(out: Path, name: str, text: str, payload: Mapping[str, Any]) -> None:
-    """``out/<name>.md`` (``text``, also printed) and ``out/<name>.json`` (``payload``)."""
+    """``out/<name>.json`` (``payload``) and ``out/<name>.md`` (``text``, also printed); ValueError naming the file,
+    and neither written, when ``payload`` holds NaN or an infinity (:func:`feddg.jsonfile.write_json`)."""
     out.mkdir(parents=True, exist_ok=True)
+    write_json(out / f"{name}.json", payload, indent=1, finite=True)  # first: the pair stays in step
     (out / f"{name}.md").write_text(text)
-    write_json(out / f"{name}.json", payload, indent=1, finite=True)
     print(text)
 
 

@@ -156,7 +156,7 @@ def diagnose(records: Sequence[dict[str, Any]], method: str, control: str) -> li
         mine, theirs = dice.get((method, site), {}).get(seed), dice.get((control, site), {}).get(seed)
         moved = departure(weights)
         rows.append({"held_out": site, "seed": seed, "rounds": len(weights),
-                     "final_weights": dict(zip(sites, np.round(weights[-1], 4).tolist())),
+                     "final_weights": {s: round(float(w), 4) for s, w in zip(sites, weights[-1]) if np.isfinite(w)},
                      "mean_departure": float(moved.mean()), "final_departure": float(moved[-1]),
                      "sign_persistence": sign_persistence(gaps), "lag1_correlation": lag1_correlation(gaps),
                      "smallest_mean_gap": smallest_mean_gap(sites, gaps),
@@ -286,8 +286,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     summary, training = summarise(rows, records, args.method, args.control), by_training_site(rows)
     command = "python benchmarks/ga_gaps.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    write_report(out, "ga_gaps", markdown(rows, summary, training, command, args.method, args.control),
-                 {"command": command, "summary": summary, "by_training_site": training, "runs": rows})
+    try:
+        write_report(out, "ga_gaps", markdown(rows, summary, training, command, args.method, args.control),
+                     {"command": command, "summary": summary, "by_training_site": training, "runs": rows})
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     return 0
 
 

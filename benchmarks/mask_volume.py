@@ -109,10 +109,16 @@ def score_run(model_path: Path, held_out: str, recorded_dice: np.ndarray | None)
             "max_dice_difference": agreement, **{k: _mean_present(volumes, k) for k in VOLUME_KEYS}}
 
 
+def _present(value: float | None) -> bool:
+    """A measured volume: not None (this script's mark of a case without a reference) nor NaN (the mark in rows
+    kept from files written before)."""
+    return value is not None and bool(np.isfinite(value))
+
+
 def _mean_present(items: Sequence[Mapping[str, Any]], key: str) -> float | None:
     """The mean of ``key`` over the cases (or runs) that have it (a case whose references are all empty has no
     volumes); None when none has it."""
-    values = [c[key] for c in items if c[key] is not None]
+    values = [c[key] for c in items if _present(c[key])]
     return float(np.mean(values)) if values else None
 
 
@@ -161,7 +167,7 @@ def _paired_ratios(ours: Sequence[Mapping[str, float | None]], theirs: Sequence[
     """The two runs' per-case ratios, left out where a case has none (its reference is empty: the same cases for
     both, since both score the same test cases)."""
     kept = [(a["ratio"], b["ratio"]) for a, b in zip(ours, theirs, strict=True)
-            if a["ratio"] is not None and b["ratio"] is not None]
+            if _present(a["ratio"]) and _present(b["ratio"])]
     return [a for a, _ in kept], [b for _, b in kept]
 
 
@@ -247,8 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     summary = summarise(rows, args.control)
     command = "python benchmarks/mask_volume.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    write_report(out, REPORT, markdown(rows, summary, missing, command, args.control),
-                 {"command": command, "summary": summary, "runs": rows, "missing_models": list(missing)})
+    try:
+        write_report(out, REPORT, markdown(rows, summary, missing, command, args.control),
+                     {"command": command, "summary": summary, "runs": rows, "missing_models": list(missing)})
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     return 0
 
 

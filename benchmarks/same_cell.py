@@ -128,11 +128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args.out = guard_folder(args.out, "--out", whole=False)  # two files of its own, replaced by name
         rows = compare([check_record(p, read_json_object(p)) for p in args.runs], args.label, args.rounds)
+        args.out.mkdir(parents=True, exist_ok=True)
+        write_json(args.out / "same_cell.json", {"runs": [str(p) for p in args.runs], "rows": rows}, indent=1,
+                   finite=True)
     except (OSError, ValueError, KeyError) as e:
         print(f"same_cell: {type(e).__name__}: {e}", file=sys.stderr)
         return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_json(args.out / "same_cell.json", {"runs": [str(p) for p in args.runs], "rows": rows}, indent=1, finite=True)
     (args.out / "same_cell.md").write_text(markdown(rows, command))
     print(markdown(rows, command))
     return 0

@@ -51,6 +51,8 @@ def measure(task: str, runs: int, rounds: int, parallel: int, overrides: list[st
         raise RuntimeError(f"--parallel {parallel}: feddg benchmark exited {done.returncode}:\n"
                            f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
     records = list(run_records(folder).values())
+    if len(records) != runs:  # run_records skips a record it cannot read: say so rather than count fewer runs
+        raise RuntimeError(f"--parallel {parallel}: {len(records)} readable run records in {folder}, {runs} run")
     return {"parallel": parallel, "runs": len(records), "wall_s": round(wall, 3),
             "runs_per_hour": round(3600 * len(records) / wall, 2),
             "run_wall_s": [r["wall_s"] for r in records], "statuses": [r["status"] for r in records],

@@ -61,6 +61,13 @@ def test_main_writes_the_table_and_its_json(tmp_path):
     assert main([str(RECORD), "--label", "x", "--label", "y", "--out", str(tmp_path)]) == 2
 
 
+def test_main_names_a_record_that_lacks_a_field(record, tmp_path, capsys):
+    torn = tmp_path / "run.json"
+    torn.write_text(json.dumps({k: v for k, v in record.items() if k != "wall_s"}))
+    assert main([str(RECORD), str(torn), "--label", "x", "--label", "y", "--out", str(tmp_path / "out")]) == 2
+    assert f"{torn}: no 'wall_s'" in capsys.readouterr().err and not (tmp_path / "out" / "same_cell.json").exists()
+
+
 def _short(record: dict, rounds: int) -> dict:
     """``record`` as a run of its cell's first ``rounds`` rounds (``--set train.rounds=N``)."""
     short = copy.deepcopy(record)

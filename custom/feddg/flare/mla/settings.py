@@ -51,7 +51,7 @@ def mla_feature_width(cfg: FedDGConfig) -> int:
 
 def random_feature_encoder(cfg: FedDGConfig) -> RandomEncoder:
     """The random encoder of Eq. (2) that ``mla.encoder_seed``, ``encoder_width`` and ``encoder_depth`` draw (the
-    server's copy; each site rebuilds the same one from the feature request's fields)."""
+    server's and the scripts'; each site rebuilds the same one from the feature request's fields)."""
     from feddg.methods.mla.encoders import build_feature_encoder  # torch: the job's parts read this module without it
 
     m = cfg.mla
