@@ -50,7 +50,8 @@ from feddg.config import ConfigError
 from feddg.jsonfile import read_json, write_json
 from feddg.numerics import host_cpu, host_family
 
-SAME_CELL_FILE = "same_cell.json"  # benchmarks/same_cell.py's output
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from same_cell import SAME_CELL_FILE  # noqa: E402  (next to this script)
 
 
 def epoch(text: str) -> float:

@@ -34,6 +34,8 @@ from feddg.benchmark.reproduce import case_scores_of
 from feddg.folders import guard_folder
 from feddg.jsonfile import read_json_object, write_json
 
+SAME_CELL_FILE = "same_cell.json"  # the rows, which benchmarks/cpu_window.py reads
+
 
 def first_loss_difference(reference: dict[str, Any], record: dict[str, Any], rounds: int | None = None) -> str | None:
     """The first round (of the first ``rounds``, else of those both ran) whose sites' training losses differ
@@ -129,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.out = guard_folder(args.out, "--out", whole=False)  # two files of its own, replaced by name
         rows = compare([check_record(p, read_json_object(p)) for p in args.runs], args.label, args.rounds)
         args.out.mkdir(parents=True, exist_ok=True)
-        write_json(args.out / "same_cell.json", {"runs": [str(p) for p in args.runs], "rows": rows}, indent=1,
+        write_json(args.out / SAME_CELL_FILE, {"runs": [str(p) for p in args.runs], "rows": rows}, indent=1,
                    finite=True)
     except (OSError, ValueError, KeyError) as e:
         print(f"same_cell: {type(e).__name__}: {e}", file=sys.stderr)
