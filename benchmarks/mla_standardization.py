@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         for e in epochs:
             on_bank, on_val, weights, dice = [], [], [], []
             for seed in seeds:
-                module, order, _ = train_domain_attention(
+                module, order, bank_accuracy = train_domain_attention(
                     bank, epochs=e, lr=m.attention_lr, seed=seed, batch_size=m.attention_batch_size,
                     conv_channels=m.attention_conv_channels, hidden=m.attention_hidden, standardize=standardize)
-                on_bank.append(accuracy(module, bank, order))
+                on_bank.append(bank_accuracy)
                 on_val.append(accuracy(module, held_aside, order))
                 weights.append(attention_weights(module, unseen).numpy())
                 if bundle is not None:
