@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from feddg.benchmark.protocol import first_difference
 from feddg.benchmark.reproduce import case_scores_of
 from feddg.numerics import (CPU_PIN_MODES, cpu_model, cpu_signature, has_avx512, host_family, numbers_family,
                             pinned_environment)
-from feddg.report import REPORT_FILE, code_fingerprint
+from feddg.report import REPORT_FILE, code_fingerprint, script_command
 from feddg.resume import CHECKPOINT
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -207,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         print(f"{cpu_model()} ({cpu_kind()}), {args.repeats} run(s) of each, alternating; median wall time of "
               f"`feddg simulate` (start-up included)\n\n{table}\n\ncommand: "
-              + shlex.join(["python", "benchmarks/cpu_reference.py", *(argv if argv is not None else sys.argv[1:])]))
+              + script_command("benchmarks/cpu_reference.py", argv))
         return 0
     try:
         references = {p: read_reference(p) for p in sorted(REFERENCES.glob("*.json"))} if args.check else {}
@@ -243,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"{where}: {outcome}")
         status = max(status, 1 if difference else 0)
-    print("command: " + shlex.join(["python", "benchmarks/cpu_reference.py", *(argv or sys.argv[1:])]))
+    print("command: " + script_command("benchmarks/cpu_reference.py", argv))
     return status
 
 

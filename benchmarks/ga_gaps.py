@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from feddg.benchmark.readme import BY_SITE, BY_TRAINING_SITE  # the titles the README's ga_gaps blocks look for
+from feddg.report import script_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from folder_report import number, report_folder, seed_difference, write_report  # noqa: E402
@@ -285,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.folder}: no finished {args.method} run with GA weights in its history", file=sys.stderr)
         return 1
     summary, training = summarise(rows, records, args.method, args.control), by_training_site(rows)
-    command = "python benchmarks/ga_gaps.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = script_command("benchmarks/ga_gaps.py", argv)
     try:
         write_report(out, "ga_gaps", markdown(rows, summary, training, command, args.method, args.control),
                      {"command": command, "summary": summary, "by_training_site": training, "runs": rows})

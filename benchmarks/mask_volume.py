@@ -43,6 +43,7 @@ import numpy as np
 from feddg.benchmark.executors.base import final_model
 from feddg.benchmark.stats import MIN_SEEDS
 from feddg.jsonfile import read_json_object
+from feddg.report import script_command
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from folder_report import number, report_folder, seed_difference, write_report  # noqa: E402
@@ -252,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"({len(missing)} without)", file=sys.stderr)
         return 1
     summary = summarise(rows, args.control)
-    command = "python benchmarks/mask_volume.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = script_command("benchmarks/mask_volume.py", argv)
     try:
         write_report(out, REPORT, markdown(rows, summary, missing, command, args.control),
                      {"command": command, "summary": summary, "runs": rows, "missing_models": list(missing)})

@@ -33,7 +33,6 @@ have to learn.
 from __future__ import annotations
 
 import argparse
-import sys
 
 import numpy as np
 import torch
@@ -48,6 +47,7 @@ from feddg.jobs import experiment
 from feddg.methods.mla.attention import attention_weights, site_accuracy, train_domain_attention
 from feddg.methods.mla.encoders import encode
 from feddg.numerics import host_family
+from feddg.report import script_command
 
 
 def accuracy(module: torch.nn.Module, features: dict[str, np.ndarray], order: list[str]) -> float:
@@ -82,8 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = experiment_from_dict(experiment(args.task, "mlabin", parse_overrides(args.overrides)))
         encoder = random_feature_encoder(cfg)
     m = cfg.mla
-    print(f"Made by `python benchmarks/mla_standardization.py {' '.join(argv if argv is not None else sys.argv[1:])}` "
-          f"on {host_family('off')}.\n")
+    print(f"Made by `{script_command('benchmarks/mla_standardization.py', argv)}` on {host_family('off')}.\n")
     bank, held_aside = {}, {}
     for site in cfg.data.train_sites:
         splits = load_site(cfg.data, site)

@@ -29,7 +29,7 @@ from feddg.benchmark.sweep import Protocol, parse_seeds, sweep
 from feddg.jsonfile import read_json, write_json
 from feddg.folders import guard_folder
 from feddg.numbers import finite, seconds
-from feddg.report import machine_info, software_versions
+from feddg.report import machine_info, script_command, software_versions
 
 
 SMOOTHING = 5  # rounds of the trailing mean under the envelope
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         out = guard_folder(args.out / args.task, "--out (its <task> folder)")  # a sweep's results folder
     except ValueError as e:
         parser.error(str(e))
-    command = "python benchmarks/pilot_rounds.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = script_command("benchmarks/pilot_rounds.py", argv)
     records = sweep(out, Protocol(args.task, overrides), ["fedavg"], held_out, parse_seeds(args.seeds),
                     timeout=args.run_timeout, report=lambda line: print(line, flush=True))
     summary = summarise(args.task, records, args.gain, command)

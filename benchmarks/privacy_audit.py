@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -43,6 +41,7 @@ from PIL import Image
 from feddg.data.dataset import crop_square, resize_images
 from feddg.flare.elcfs.settings import ELCFSSettings
 from feddg.numbers import finite, positive
+from feddg.report import script_command
 
 from phase_retrieval_attack import format_table, run_audit, summarize, synthetic_phantom  # next to this script
 
@@ -86,7 +85,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder holding midss-samples/")
     args = parser.parse_args()
 
-    print("command: python " + " ".join(shlex.quote(a) for a in ["benchmarks/privacy_audit.py", *sys.argv[1:]]))
+    print("command: " + script_command("benchmarks/privacy_audit.py"))
     print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.processor() or platform.machine()}")
     for size in args.size:
         images = load_samples(args.data, size)

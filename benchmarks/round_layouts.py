@@ -45,7 +45,7 @@ from feddg.flare.constants import SIMULATOR_JOB, TASK_REQUEST_INTERVAL
 from feddg.flare.timings import TIMINGS_FILE, read_timings, server_rounds
 from feddg.folders import claim, guard_folder
 from feddg.numbers import positive, seconds
-from feddg.report import REPORT_FILE, machine_info, software_versions
+from feddg.report import REPORT_FILE, machine_info, script_command, software_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from round_time import (job_experiment, run_federated, set_task_request_interval, site_timings,  # noqa: E402
@@ -144,7 +144,7 @@ def table(layouts: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python benchmarks/round_layouts.py", *argv])
+    command = script_command("benchmarks/round_layouts.py", argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--protocol", choices=sorted(TIMING_HELD_OUT), required=True,
                         help="the task whose sweep timing cell is run (FedAvg, seed 0, its timing site held out)")

@@ -56,7 +56,7 @@ from feddg.flare.constants import SIMULATOR_JOB
 from feddg.flare.timings import TIMINGS_FILE, read_timings, server_phases, server_rounds
 from feddg.folders import claim, guard_folder
 from feddg.numbers import positive, seconds
-from feddg.report import machine_info, software_versions
+from feddg.report import machine_info, script_command, software_versions
 
 
 # ------------------------------------------------------------------------------------------------ the job
@@ -336,7 +336,7 @@ def anchor_table(federated: dict[str, Any], anchored: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    command = " ".join(["python benchmarks/round_time.py", *argv])
+    command = script_command("benchmarks/round_time.py", argv)
     simulator_args = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

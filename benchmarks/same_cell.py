@@ -21,7 +21,6 @@ machine's). Then only the training losses of those rounds are compared.
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +32,7 @@ from feddg.benchmark.scores import seed_dice
 from feddg.benchmark.reproduce import case_scores_of
 from feddg.folders import guard_folder
 from feddg.jsonfile import read_json_object, write_json
+from feddg.report import script_command
 
 SAME_CELL_FILE = "same_cell.json"  # the rows, which benchmarks/cpu_window.py reads
 
@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: give 1 or more")
-    command = shlex.join(["python", "benchmarks/same_cell.py", *(sys.argv[1:] if argv is None else argv)])
+    command = script_command("benchmarks/same_cell.py", argv)
     try:
         args.out = guard_folder(args.out, "--out", whole=False)  # two files of its own, replaced by name
         rows = compare([check_record(p, read_json_object(p)) for p in args.runs], args.label, args.rounds)

@@ -30,7 +30,7 @@ from feddg.compute import available_cores
 from feddg.folders import guard_folder
 from feddg.jsonfile import write_json
 from feddg.numbers import seconds
-from feddg.report import machine_info, software_versions
+from feddg.report import machine_info, script_command, software_versions
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "sweep_throughput"
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="feddg-sweep-throughput-"))
-    results: dict[str, Any] = {"command": " ".join(["python benchmarks/sweep_throughput.py", *argv]),
+    results: dict[str, Any] = {"command": script_command("benchmarks/sweep_throughput.py", argv),
                                "task": args.task, "runs": args.runs, "rounds": args.rounds,
                                "overrides": args.overrides, "machine": machine_info(),
                                "versions": software_versions(), "sweeps": []}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -103,7 +104,7 @@ def test_per_training_site_counts_every_run_a_site_trained_in_whatever_its_held_
 def test_each_committed_ga_gaps_report_is_what_the_script_writes_from_its_folder(tmp_path, report):
     """The page quotes these files (``<!-- ga_gaps: FOLDER -->``): a GA run added to a folder without running the
     script again fails here. The file's own command is run again, into a temporary folder."""
-    command = report.read_text().split("`python benchmarks/ga_gaps.py ", 1)[1].split("`", 1)[0].split()
+    command = shlex.split(report.read_text().split("`python benchmarks/ga_gaps.py ", 1)[1].split("`", 1)[0])
     args = [str(REPOSITORY / a) if a.startswith("benchmarks/") else a for a in command]
     assert main(args + ["--out", str(tmp_path)]) == 0
     fresh, committed = (tmp_path / "ga_gaps.md").read_text(), report.read_text()

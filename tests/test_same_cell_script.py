@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 
 import pytest
 
@@ -59,6 +60,15 @@ def test_main_writes_the_table_and_its_json(tmp_path):
     assert [r["label"] for r in rows] == ["x", "y"]
     assert "| y | " in (tmp_path / "same_cell.md").read_text()
     assert main([str(RECORD), "--label", "x", "--label", "y", "--out", str(tmp_path)]) == 2
+
+
+def test_the_command_the_table_states_runs_the_same_thing_when_pasted(tmp_path):
+    """An argument with a space or a quote (a run folder, a label) is quoted, so the stated command splits back
+    into the arguments given (``feddg.report.script_command``, which every script's output uses)."""
+    args = [str(RECORD), str(RECORD), "--label", "the set's", "--label", "here now", "--out", str(tmp_path / "a b")]
+    assert main(args) == 0
+    stated = (tmp_path / "a b" / "same_cell.md").read_text().split("Made by `", 1)[1].split("`.", 1)[0]
+    assert shlex.split(stated) == ["python", "benchmarks/same_cell.py", *args]
 
 
 def test_main_names_a_record_that_lacks_a_field(record, tmp_path, capsys):

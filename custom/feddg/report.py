@@ -10,6 +10,8 @@ import json
 import math
 import os
 import platform
+import shlex
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -57,6 +59,13 @@ def machine_info() -> dict[str, Any]:
     except ImportError:
         pass
     return info
+
+
+def script_command(script: str, argv: Sequence[str] | None = None) -> str:
+    """The command that repeats a benchmark script's run, as its outputs state it: ``python <script>`` and the
+    arguments (``sys.argv[1:]`` when ``argv`` is None), each quoted where a shell needs it, so that pasting it
+    runs the same thing (``shlex.split`` gives the arguments back)."""
+    return shlex.join(["python", script, *(sys.argv[1:] if argv is None else argv)])
 
 
 def site_rows(
