@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -127,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     worktree = worktree_at(args.repo, commit,
                            args.worktree or Path(tempfile.gettempdir()) / f"feddg-admitted-{commit[:12]}")
     command = [sys.executable, "-m", "feddg.cli", "benchmark", *absolute_paths(benchmark, Path.cwd())]
-    print(f"admitted code {commit[:12]} from {worktree}: {' '.join(command[1:])}", flush=True)
+    print(f"admitted code {commit[:12]} from {worktree}: {shlex.join(command[1:])}", flush=True)
     os.chdir(worktree)
     os.execvpe(command[0], command, sweep_environment(worktree, dict(os.environ)))
 

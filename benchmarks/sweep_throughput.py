@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -57,7 +58,7 @@ def measure(task: str, runs: int, rounds: int, parallel: int, overrides: list[st
             "runs_per_hour": round(3600 * len(records) / wall, 2),
             "run_wall_s": [r["wall_s"] for r in records], "statuses": [r["status"] for r in records],
             "load_average_before": [round(x, 2) for x in load_before],
-            "load_average_after": [round(x, 2) for x in os.getloadavg()], "command": " ".join(command[1:])}
+            "load_average_after": [round(x, 2) for x in os.getloadavg()], "command": shlex.join(command[1:])}
 
 
 def markdown(results: dict[str, Any]) -> str:

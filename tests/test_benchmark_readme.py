@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 
 import pytest
 
@@ -65,6 +66,19 @@ def test_a_block_is_rewritten_between_its_markers_and_the_rest_is_kept(tmp_path)
     assert "0.999" not in text and "| fedavg | 0.900 | - |" in text
     assert main([str(page), "res", *root, "--check"]) == 0
     assert main([str(page), "res", "--root", str(page.parent), "--check"]) == 2  # docs/res/results.md: none
+
+
+def test_an_out_of_date_page_is_told_the_command_that_regenerates_it(tmp_path, capsys):
+    """The command is quoted for a shell (a root with a space in it): pasted, it rewrites the block."""
+    root = tmp_path / "a b"
+    (root / "res").mkdir(parents=True)
+    (root / "res" / "results.md").write_text(RESULTS)
+    page = root / "benchmark.md"
+    page.write_text("<!-- results: res -->\n| typed | 0.999 |\n<!-- /results -->\n")
+    assert main([str(page), "res", "--root", str(root), "--check"]) == 1
+    stated = shlex.split(capsys.readouterr().err.split("regenerate with ", 1)[1])
+    assert stated[:3] == ["python", "-m", "feddg.benchmark.readme"]
+    assert main(stated[3:]) == 0 and main([str(page), "res", "--root", str(root), "--check"]) == 0
 
 
 def test_a_missing_block_or_results_file_is_named(tmp_path):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -153,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.check:
         if new != text:
-            print(f"{args.readme}: the quoted tables differ from {args.folders}; regenerate with "
-                  f"python -m feddg.benchmark.readme {args.readme} {' '.join(args.folders)} --root {args.root}",
+            print(f"{args.readme}: the quoted tables differ from {', '.join(args.folders)}'s; regenerate with "
+                  + shlex.join(["python", "-m", "feddg.benchmark.readme", str(args.readme), *map(str, args.folders),
+                               "--root", str(args.root)]),
                   file=sys.stderr)
             return 1
         return 0
